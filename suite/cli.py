@@ -1,0 +1,245 @@
+"""The ``suite`` command line.
+
+``suite run`` with no arguments runs the default CPU matrix (tiny BridgeTower preset, synthetic
+New-Yorker-like data, ``dataloader_num_workers`` 0, 1, 2) into a local MLflow store (``./mlflow.db``)
+and writes ``results.json`` in the output directory. ``suite list`` shows workloads, presets and devices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from suite.config import DEFAULT_SEED, DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, LOADERS, PRECISIONS, MatrixSpec, RunConfig
+from suite.errors import SuiteError
+from suite.results import FINISHED, RunResult
+
+DEFAULT_WORKLOAD = "bridgetower"
+
+
+# --- option parsers: each raises ArgumentTypeError quoting the bad value -------------------------
+def _parse_list(item: Callable[[str], Any], what: str) -> Callable[[str], tuple[Any, ...]]:
+    def parse(text: str) -> tuple[Any, ...]:
+        parts = [p.strip() for p in text.split(",")]
+        if not text.strip() or any(not p for p in parts):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {what}, got {text!r}")
+        try:
+            return tuple(item(p) for p in parts)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"invalid {what} in {text!r}: {exc}") from None
+    return parse
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"{value} is negative")
+    return value
+
+
+def _choice(choices: Sequence[str]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
+        return text
+    return parse
+
+
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="suite", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    run = sub.add_parser("run", help="run a benchmark matrix and record it in MLflow and results.json",
+                         description="Run every configuration of the matrix device x workers x loader x precision, "
+                                     "each in a fresh process, and record it in MLflow and results.json.")
+    run.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload plugin name (default: %(default)s)")
+    run.add_argument("--preset", default=None,
+                     help="workload preset, e.g. tiny (default, random init) or large (the published recipe)")
+    run.add_argument("--device", dest="devices", type=_parse_list(str, "device names"), default=("cpu",),
+                     help="device adapter(s), comma-separated (default: cpu); see `suite list`")
+    run.add_argument("--workers", type=_parse_list(_non_negative_int, "worker counts"), default=(0, 1, 2),
+                     help="dataloader_num_workers values, comma-separated (default: 0,1,2)")
+    run.add_argument("--loader", dest="loaders", type=_parse_list(_choice(LOADERS), "loaders"), default=("cpu",),
+                     help="cpu: decode+preprocess in loader workers (the reference); device: workers read "
+                          "encoded bytes, the device decodes. Comma-separated (default: cpu)")
+    run.add_argument("--precision", dest="precisions", type=_parse_list(_choice(PRECISIONS), "precisions"),
+                     default=("fp32",), help="fp32 and/or bf16 (autocast), comma-separated (default: fp32)")
+    run.add_argument("--steps", type=_int_at_least(1), default=DEFAULT_STEPS,
+                     help="measured steps per configuration (default: %(default)s)")
+    run.add_argument("--warmup-steps", type=_int_at_least(0), default=DEFAULT_WARMUP_STEPS,
+                     help="warm-up steps excluded from every metric but the loss, on every device "
+                          "(default: %(default)s, as the reference's throughput_warmup_steps)")
+    run.add_argument("--batch-size", type=_int_at_least(1), default=None,
+                     help="per-device batch size (default: the preset's fixed one; recorded either way)")
+    run.add_argument("--seed", type=_int_at_least(0), default=DEFAULT_SEED, help="seed of every RNG (default: 42)")
+    run.add_argument("--dataset", default=None,
+                     help="'synthetic' (default, generated locally), 'newyorker' (the published dataset from the "
+                          "hub, pinned revision) or an imagefolder path (images + metadata.jsonl)")
+    run.add_argument("--weights", default=None,
+                     help="pretrained checkpoint (local path or hub id); default: random init of the preset")
+    run.add_argument("--output", type=Path, default=None,
+                     help="output directory for results.json and run logs (default: ./suite-results/<time>)")
+    run.add_argument("--tracking-uri", default=None,
+                     help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)")
+    run.add_argument("--experiment", default=None, help="MLflow experiment name (default: the workload name)")
+    run.add_argument("--no-progress", action="store_true", help="plain log lines instead of progress bars")
+
+    sub.add_parser("list", help="list workloads with their presets, and device adapters with availability")
+    return parser
+
+
+# --- progress display -------------------------------------------------------------------------------
+class RichProgress:
+    """Two bars: configurations of the matrix, and steps of the current configuration."""
+
+    def __init__(self, count: int) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self._bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), TextColumn("{task.fields[info]}"), console=self.console)
+        self._matrix = self._bars.add_task("configurations", total=count, info="")
+        self._steps = self._bars.add_task("steps", total=None, info="")
+
+    def __enter__(self) -> "RichProgress":
+        self._bars.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bars.stop()
+
+    def config_started(self, config: RunConfig, index: int, count: int) -> None:
+        self._bars.reset(self._steps, total=None, description=config.config_id, info="starting")
+
+    def event(self, config: RunConfig, event: dict[str, Any]) -> None:
+        if "step" in event:
+            self._bars.update(self._steps, completed=event["step"], total=event["total"],
+                              info=f"loss {event['loss']:.4f}")
+        elif "phase" in event:
+            self._bars.update(self._steps, info=event["phase"], total=event.get("total"))
+
+    def config_ended(self, result: RunResult) -> None:
+        self._bars.advance(self._matrix)
+        self.console.print(_summary_line(result))
+
+
+class PlainProgress:
+    def __init__(self) -> None:
+        self._started = 0.0
+
+    def __enter__(self) -> "PlainProgress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def config_started(self, config: RunConfig, index: int, count: int) -> None:
+        self._started = time.time()
+        print(f"[{index + 1}/{count}] {config.config_id}", file=sys.stderr, flush=True)
+
+    def event(self, config: RunConfig, event: dict[str, Any]) -> None:
+        pass
+
+    def config_ended(self, result: RunResult) -> None:
+        print(_summary_line(result), file=sys.stderr, flush=True)
+
+
+def _summary_line(result: RunResult) -> str:
+    config_id = RunConfig.from_dict(result.config).config_id
+    if result.status != FINISHED:
+        return f"  {config_id}: {result.status}: {result.reason}"
+    m = result.metrics
+    mib = 2**20
+    parts = [f"{m['throughput_samples_per_s']:.1f} samples/s", f"p50 {m['step_time_p50_s'] * 1000:.0f} ms",
+             f"data-wait {m['data_wait_fraction']:.0%}"]
+    if "host_ram_peak_pss_bytes" in m:
+        parts.append(f"host PSS {m['host_ram_peak_pss_bytes'] / mib:.0f} MiB")
+    if "host_ram_peak_rss_bytes" in m:
+        parts.append(f"RSS {m['host_ram_peak_rss_bytes'] / mib:.0f} MiB")
+    return f"  {config_id}: " + ", ".join(parts)
+
+
+# --- commands ---------------------------------------------------------------------------------------
+def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from suite.environment import git_state, host_facts, package_versions
+    from suite.recorders import JsonResultsRecorder, MatrixInfo, MlflowRecorder
+    from suite.registry import load_workload
+    from suite.runner import resolve, run_matrix
+
+    preset = args.preset or load_workload(args.workload).default_preset
+    spec = MatrixSpec(workload=args.workload, preset=preset, devices=args.devices, workers=args.workers,
+                      loaders=args.loaders, precisions=args.precisions, steps=args.steps,
+                      warmup_steps=args.warmup_steps, seed=args.seed, batch_size=args.batch_size,
+                      dataset=args.dataset, weights=args.weights)
+    workload_cls, configs = resolve(spec)
+    prepared = workload_cls.prepare(configs[0])
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    output = args.output or Path("suite-results") / stamp
+    tags = {f"version.{k}": v for k, v in package_versions().items()}
+    tags.update({k: str(v) for k, v in git_state().items()})
+    tags.update({f"host.{k}": str(v) for k, v in host_facts().items()})
+    params = {k: str(v) for k, v in vars(spec).items() if k != "axes"}
+    params.update({f"prepared.{k}": str(v) for k, v in prepared.items()})
+    info = MatrixInfo(name=f"{spec.workload}-{spec.preset}-{stamp}", workload=spec.workload,
+                      command=["suite", *argv], tags=tags, params=params)
+    mlflow_recorder = MlflowRecorder(args.tracking_uri, args.experiment)
+    json_recorder = JsonResultsRecorder(output)
+    display = PlainProgress() if args.no_progress else RichProgress(len(configs))
+    print(f"suite: {len(configs)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
+    with display:
+        results = run_matrix(configs, output, [mlflow_recorder, json_recorder], info, display)
+    where = {**json_recorder.describe(), **mlflow_recorder.describe()}
+    print("\n".join(f"{k}: {v}" for k, v in where.items()))
+    failed = [r for r in results if r.status != FINISHED]
+    return 1 if failed else 0
+
+
+def _cmd_list() -> int:
+    from suite.registry import device_names, load_device, load_workload, workload_names
+
+    print("workloads:")
+    for name in workload_names():
+        cls = load_workload(name)
+        for preset in cls.presets.values():
+            default = " (default)" if preset.name == cls.default_preset else ""
+            print(f"  {name}/{preset.name}{default}: batch {preset.batch_size}; {preset.description}")
+    print("devices:")
+    for name in device_names():
+        avail = load_device(name).availability()
+        state = "available" if avail.available else f"unavailable: {avail.reason}"
+        print(f"  {name}: {state}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return _cmd_run(args, argv)
+        return _cmd_list()
+    except SuiteError as exc:
+        print(f"suite: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("suite: interrupted; finished configurations are kept in results.json and MLflow", file=sys.stderr)
+        return 130

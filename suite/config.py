@@ -1,0 +1,156 @@
+"""Run configurations and the benchmark matrix.
+
+A :class:`RunConfig` is one point of the matrix (device x ``dataloader_num_workers`` x loader x
+precision, for one workload and preset). A :class:`MatrixSpec` expands into run configurations.
+Both validate themselves on construction and raise :class:`ConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from suite.errors import ConfigError
+
+#: Loaders: ``cpu`` decodes and preprocesses images in DataLoader workers (the reference method);
+#: ``device`` ships encoded image bytes and decodes them on the device.
+LOADERS = ("cpu", "device")
+#: ``fp32``: no autocast; ``bf16``: bfloat16 autocast (mixed precision), as in the reference.
+PRECISIONS = ("fp32", "bf16")
+
+DEFAULT_SEED = 42
+DEFAULT_WARMUP_STEPS = 3  # the reference's throughput_warmup_steps
+DEFAULT_STEPS = 30
+
+
+def _require_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _require_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
+def _require_name(name: str, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One benchmark configuration, exactly as it is run and recorded.
+
+    ``batch_size`` is the per-device batch size actually used; :func:`suite.runner.resolve` fills it
+    from the workload preset when the user gave none, so that the recorded value is the used one.
+    """
+
+    workload: str
+    preset: str
+    device: str
+    num_workers: int
+    loader: str
+    precision: str
+    steps: int = DEFAULT_STEPS
+    warmup_steps: int = DEFAULT_WARMUP_STEPS
+    seed: int = DEFAULT_SEED
+    batch_size: int | None = None
+    dataset: str | None = None
+    weights: str | None = None
+
+    def __post_init__(self) -> None:
+        _require_name("workload", self.workload)
+        _require_name("preset", self.preset)
+        _require_name("device", self.device)
+        _require_int("num_workers", self.num_workers, 0)
+        _require_choice("loader", self.loader, LOADERS)
+        _require_choice("precision", self.precision, PRECISIONS)
+        _require_int("steps", self.steps, 1)
+        _require_int("warmup_steps", self.warmup_steps, 0)
+        _require_int("seed", self.seed, 0)
+        if self.batch_size is not None:
+            _require_int("batch_size", self.batch_size, 1)
+        for name in ("dataset", "weights"):
+            value = getattr(self, name)
+            if value is not None:
+                _require_name(name, value)
+
+    @property
+    def config_id(self) -> str:
+        """A short, unique, filesystem-safe name for this point of the matrix."""
+        return (
+            f"{self.workload}-{self.preset}-{self.device}-nw{self.num_workers}"
+            f"-{self.loader}-{self.precision}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":
+        """Build from a mapping, rejecting unknown keys by name."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown config field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(known))}"
+            )
+        return cls(**dict(data))
+
+    def as_params(self) -> dict[str, str]:
+        """Every field as a string, for MLflow params (``None`` is written as ``default``)."""
+        return {k: ("default" if v is None else str(v)) for k, v in self.to_dict().items()}
+
+
+@dataclass(frozen=True)
+class MatrixSpec:
+    """The axes of a benchmark matrix; :meth:`expand` gives one :class:`RunConfig` per point."""
+
+    workload: str
+    preset: str
+    devices: tuple[str, ...] = ("cpu",)
+    workers: tuple[int, ...] = (0, 1, 2)
+    loaders: tuple[str, ...] = ("cpu",)
+    precisions: tuple[str, ...] = ("fp32",)
+    steps: int = DEFAULT_STEPS
+    warmup_steps: int = DEFAULT_WARMUP_STEPS
+    seed: int = DEFAULT_SEED
+    batch_size: int | None = None
+    dataset: str | None = None
+    weights: str | None = None
+    axes: tuple[str, ...] = field(default=("devices", "workers", "loaders", "precisions"), init=False)
+
+    def __post_init__(self) -> None:
+        for axis in self.axes:
+            values = getattr(self, axis)
+            if not values:
+                raise ConfigError(f"{axis} must list at least one value")
+            if len(set(values)) != len(values):
+                raise ConfigError(f"{axis} lists a value twice: {list(values)}")
+
+    def expand(self) -> list[RunConfig]:
+        """All configurations, device-major, in a stable order. Each is validated."""
+        return [
+            RunConfig(
+                workload=self.workload,
+                preset=self.preset,
+                device=device,
+                num_workers=workers,
+                loader=loader,
+                precision=precision,
+                steps=self.steps,
+                warmup_steps=self.warmup_steps,
+                seed=self.seed,
+                batch_size=self.batch_size,
+                dataset=self.dataset,
+                weights=self.weights,
+            )
+            for device, loader, precision, workers in itertools.product(
+                self.devices, self.loaders, self.precisions, self.workers
+            )
+        ]

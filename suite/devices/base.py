@@ -1,0 +1,167 @@
+"""The device adapter interface.
+
+One adapter per device kind (cpu, gaudi2, h100, a100, ...), each a small module registered in the
+``suite.devices`` entry-point group. The runner talks to devices only through this interface, so
+timing, seeding, memory accounting and on-device decoding are the same code path on every device.
+
+Rules every adapter follows:
+
+* :meth:`DeviceAdapter.availability` never raises; it returns a precise reason when the device is
+  absent ("no CUDA device", "habana_frameworks not installed", ...).
+* An unavailable device is never replaced by another one: :meth:`DeviceAdapter.setup` raises
+  :class:`~suite.errors.DeviceUnavailableError` and the run is recorded as FAILED with that reason.
+* Readings are never invented: where a figure cannot be read, it is absent, not zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, ContextManager, Sequence
+
+from suite.errors import ConfigError, DeviceUnavailableError
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a device can be used here, and why not when it cannot."""
+
+    available: bool
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Peak device memory since the last reset.
+
+    ``peak_bytes`` is the figure reported as ``device_peak_memory_bytes``; ``source`` names how it was
+    read (e.g. ``torch.cuda.max_memory_allocated``). ``extra`` holds other views under distinct names
+    (e.g. the driver's), each in bytes.
+    """
+
+    peak_bytes: int
+    source: str
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class DeviceAdapter(ABC):
+    """Everything the suite needs from one kind of device."""
+
+    #: Registered name, as used on the command line (``--device NAME``).
+    name: ClassVar[str]
+    #: One-line description for listings.
+    description: ClassVar[str]
+    #: torch.distributed backend for multi-device runs (gloo, nccl, hccl).
+    distributed_backend: ClassVar[str]
+    #: Loaders this device supports (see :data:`suite.config.LOADERS`).
+    supported_loaders: ClassVar[tuple[str, ...]] = ("cpu", "device")
+
+    def __init__(self, local_rank: int = 0) -> None:
+        self.local_rank = local_rank
+        self._device: Any = None
+
+    # --- identity and availability -------------------------------------------------------
+    @classmethod
+    @abstractmethod
+    def availability(cls) -> Availability:
+        """Whether this device is usable here; never raises."""
+
+    @abstractmethod
+    def device_info(self) -> dict[str, Any]:
+        """Facts for the manifest: device name, count, driver/runtime versions, memory, peak FLOP/s."""
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def setup(self) -> Any:
+        """Claim the device and return its ``torch.device``.
+
+        Raises :class:`DeviceUnavailableError` (with the availability reason) when it is absent.
+        """
+        avail = self.availability()
+        if not avail.available:
+            raise DeviceUnavailableError(f"device {self.name!r} is not available: {avail.reason}")
+        self._device = self._create_device()
+        return self._device
+
+    @abstractmethod
+    def _create_device(self) -> Any:
+        """Return the ``torch.device`` for this rank (called once the device is known available)."""
+
+    @property
+    def torch_device(self) -> Any:
+        if self._device is None:
+            raise RuntimeError(f"{type(self).__name__}.setup() has not been called")
+        return self._device
+
+    def teardown(self) -> None:
+        """Release what :meth:`setup` claimed."""
+
+    # --- execution -------------------------------------------------------------------------
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Block until all queued work on the device is done (timers read the clock after this)."""
+
+    def step_boundary(self) -> None:
+        """Called once per training step after the optimizer step (e.g. HPU lazy-mode ``mark_step``)."""
+
+    def place_model(self, model: Any) -> Any:
+        """Move a model to the device; adapters may also wrap it (e.g. HPU graphs)."""
+        return model.to(self.torch_device)
+
+    def to_device(self, tensor: Any) -> Any:
+        return tensor.to(self.torch_device, non_blocking=True)
+
+    # --- numerics ---------------------------------------------------------------------------
+    def seed(self, seed: int) -> None:
+        """Seed every RNG involved: Python, NumPy, torch, and the device's own generators."""
+        import numpy as np
+        import torch
+
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+        self._seed_device(seed)
+
+    def _seed_device(self, seed: int) -> None:
+        """Seed device-specific generators (torch.manual_seed already covers CPU and CUDA)."""
+
+    def configure_determinism(self) -> None:
+        """Ask the framework for deterministic kernels (``torch.use_deterministic_algorithms``)."""
+        import torch
+
+        torch.use_deterministic_algorithms(True, warn_only=False)
+
+    @abstractmethod
+    def supported_precisions(self) -> tuple[str, ...]:
+        """Precisions this device runs (a subset of :data:`suite.config.PRECISIONS`)."""
+
+    def autocast(self, precision: str) -> ContextManager[Any]:
+        """The autocast context for ``precision``; an unsupported precision is an error, never a swap."""
+        import torch
+
+        if precision not in self.supported_precisions():
+            raise ConfigError(
+                f"precision {precision!r} is not supported on {self.name}; "
+                f"supported: {', '.join(self.supported_precisions())}"
+            )
+        if precision == "fp32":
+            return contextlib.nullcontext()
+        if precision == "bf16":
+            return torch.autocast(device_type=self.torch_device.type, dtype=torch.bfloat16)
+        raise ConfigError(f"precision {precision!r} has no autocast rule on {self.name}")
+
+    # --- memory -----------------------------------------------------------------------------
+    @abstractmethod
+    def reset_peak_memory(self) -> None:
+        """Start a new peak-memory window."""
+
+    @abstractmethod
+    def peak_memory(self) -> DeviceMemory | None:
+        """Peak device memory since :meth:`reset_peak_memory`, or ``None`` if it cannot be read."""
+
+    # --- on-device image decoding -----------------------------------------------------------
+    @abstractmethod
+    def decode_images(self, encoded: Sequence[bytes]) -> list[Any]:
+        """Decode encoded images (JPEG, PNG...) to uint8 RGB tensors of shape (3, H, W) on the device."""

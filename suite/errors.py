@@ -1,0 +1,24 @@
+"""Named exceptions. Every :class:`SuiteError` is reported by the CLI as one clear line."""
+
+
+class SuiteError(Exception):
+    """Base class for errors caused by the user's input or environment, not by a bug."""
+
+
+class ConfigError(SuiteError, ValueError):
+    """A configuration value is invalid; the message names the field and what is valid."""
+
+
+class UnknownPluginError(SuiteError, LookupError):
+    """A workload, device or preset name is not registered; the message lists the valid names."""
+
+    def __str__(self) -> str:  # LookupError would quote the message like a dict key
+        return str(self.args[0]) if self.args else ""
+
+
+class DeviceUnavailableError(SuiteError):
+    """A requested device cannot be used here. Never a reason to fall back to another device."""
+
+
+class DatasetError(SuiteError):
+    """The dataset cannot be used (missing path, missing column, unreadable sample...)."""

@@ -1,0 +1,132 @@
+"""Run one configuration in the current process: warm-up steps, then measured steps.
+
+The runner starts this module in a fresh process per configuration (``python -m suite.execute``) so
+that memory figures are clean and a crash cannot take the matrix down. Any failure becomes a FAILED
+result with a one-line reason; the traceback goes to the run's log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+from suite.config import RunConfig
+from suite.errors import SuiteError
+from suite.events import emit
+from suite.fileio import write_json_atomic
+from suite.registry import load_device, load_workload
+from suite.results import FAILED, FINISHED, RunResult, StepStats
+from suite.trackers.timing import StepTimer
+
+EmitFn = Callable[..., None]
+
+
+def _no_emit(**_: Any) -> None:
+    pass
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or repr(exc)
+    return text if isinstance(exc, SuiteError) else f"{type(exc).__name__}: {text}"
+
+
+def execute(config: RunConfig, emit_event: EmitFn = _no_emit) -> RunResult:
+    """Run ``config`` here and return its result; never raises for a failure of the run itself."""
+    if config.batch_size is None:
+        raise ValueError("execute() needs a resolved batch_size (see suite.runner.resolve)")
+    result = RunResult(config=config.to_dict(), status=FAILED, started_at=time.time())
+    facts = result.facts
+    facts["warmup_steps_excluded"] = config.warmup_steps
+    facts["batch_size_used"] = None
+    adapter = workload = None
+    try:
+        adapter = load_device(config.device)(local_rank=0)
+        emit_event(phase="device setup")
+        adapter.setup()
+        facts["device"] = adapter.device_info()
+        if config.loader not in adapter.supported_loaders:
+            raise SuiteError(
+                f"loader {config.loader!r} is not supported on {config.device}; "
+                f"supported: {', '.join(adapter.supported_loaders)}"
+            )
+        adapter.configure_determinism()
+        adapter.seed(config.seed)
+        adapter.autocast(config.precision)  # fails now, not mid-run, if the precision is unsupported
+        workload = load_workload(config.workload)(config, adapter)
+        emit_event(phase="workload setup")
+        workload.setup()
+        facts["workload"] = workload.facts()
+        facts["precision_used"] = config.precision
+        facts["loader_used"] = config.loader
+        _train(config, adapter, workload, result, emit_event)
+        result.status = FINISHED
+    except Exception as exc:  # noqa: BLE001 - every failure is recorded, none lost
+        result.status = FAILED
+        result.reason = _one_line(exc)
+        traceback.print_exc(file=sys.stderr)
+    finally:
+        for closer in (workload, adapter):
+            if closer is not None:
+                try:
+                    closer.teardown()
+                except Exception:  # noqa: BLE001 - teardown must not mask the run's own outcome
+                    traceback.print_exc(file=sys.stderr)
+        result.ended_at = time.time()
+    return result
+
+
+def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn) -> None:
+    total = config.warmup_steps + config.steps
+    batches = workload.batches()
+    timer = StepTimer(adapter.synchronize)
+    measured = []
+    emit_event(phase="training", total=total)
+    adapter.reset_peak_memory()
+    timer.start()
+    for step in range(total):
+        batch = next(batches)
+        timer.batch_ready()
+        samples = workload.count_samples(batch)
+        if samples != config.batch_size:
+            raise SuiteError(
+                f"step {step} got a batch of {samples} samples but the recorded batch size is {config.batch_size}"
+            )
+        loss = workload.train_step(batch)
+        adapter.step_boundary()
+        loss_value = float(loss)
+        timing = timer.step_done()
+        result.losses.append(loss_value)
+        if step >= config.warmup_steps:
+            measured.append(timing)
+        if not math.isfinite(loss_value):
+            raise SuiteError(f"loss became {loss_value} at step {step}")
+        emit_event(step=step + 1, total=total, loss=loss_value)
+    result.facts["batch_size_used"] = config.batch_size
+    result.metrics.update(StepStats.from_timings(measured, config.batch_size).as_dict())
+    memory = adapter.peak_memory()
+    if memory is not None:
+        result.metrics["device_peak_memory_bytes"] = float(memory.peak_bytes)
+        result.facts["device_peak_memory_source"] = memory.source
+        for name, value in memory.extra.items():
+            result.metrics[f"device_{name}_bytes"] = float(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m suite.execute", description=__doc__)
+    parser.add_argument("--config", required=True, help="JSON file with one resolved RunConfig")
+    parser.add_argument("--result", required=True, help="where to write the RunResult JSON")
+    args = parser.parse_args(argv)
+    with open(args.config) as fh:
+        config = RunConfig.from_dict(json.load(fh))
+    result = execute(config, emit_event=emit)
+    write_json_atomic(args.result, result.to_dict())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

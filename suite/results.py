@@ -1,0 +1,126 @@
+"""Results: raw per-step samples, the statistics derived from them, and the record of one run.
+
+:class:`StepStats` keeps only raw samples of the *measured* steps (warm-up steps are excluded the same
+way on every device); every statistic is a cached property listed in :attr:`StepStats.fields`, which
+drives :meth:`StepStats.as_dict`. Metric names are the public MLflow/JSON keys.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Sequence
+
+import numpy as np
+
+from suite.trackers.timing import StepTiming
+
+FINISHED = "FINISHED"
+FAILED = "FAILED"
+KILLED = "KILLED"
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Statistics of the measured steps of one run."""
+
+    step_times_s: tuple[float, ...]
+    data_waits_s: tuple[float, ...]
+    samples_per_step: int
+
+    fields = (
+        "throughput_samples_per_s",
+        "step_time_p50_s",
+        "step_time_p90_s",
+        "step_time_p99_s",
+        "data_wait_fraction",
+        "measured_steps",
+        "measured_wall_s",
+    )
+
+    def __post_init__(self) -> None:
+        if not self.step_times_s:
+            raise ValueError("StepStats needs at least one measured step")
+        if len(self.step_times_s) != len(self.data_waits_s):
+            raise ValueError("step_times_s and data_waits_s differ in length")
+        if self.samples_per_step < 1:
+            raise ValueError(f"samples_per_step must be >= 1, got {self.samples_per_step}")
+
+    @classmethod
+    def from_timings(cls, timings: Sequence[StepTiming], samples_per_step: int) -> "StepStats":
+        return cls(
+            tuple(t.step_time_s for t in timings), tuple(t.data_wait_s for t in timings), samples_per_step
+        )
+
+    @cached_property
+    def measured_steps(self) -> int:
+        return len(self.step_times_s)
+
+    @cached_property
+    def measured_wall_s(self) -> float:
+        # Steps are timed back to back, so their sum is the measured wall time.
+        return math.fsum(self.step_times_s)
+
+    @cached_property
+    def throughput_samples_per_s(self) -> float:
+        return self.measured_steps * self.samples_per_step / self.measured_wall_s
+
+    def _percentile(self, q: float) -> float:
+        return float(np.percentile(np.asarray(self.step_times_s), q))
+
+    @cached_property
+    def step_time_p50_s(self) -> float:
+        return self._percentile(50)
+
+    @cached_property
+    def step_time_p90_s(self) -> float:
+        return self._percentile(90)
+
+    @cached_property
+    def step_time_p99_s(self) -> float:
+        return self._percentile(99)
+
+    @cached_property
+    def data_wait_fraction(self) -> float:
+        return math.fsum(self.data_waits_s) / self.measured_wall_s
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: float(getattr(self, name)) for name in self.fields}
+
+
+@dataclass
+class RunResult:
+    """The record of one configuration: what ran, how it ended, what it measured.
+
+    ``metrics`` holds scalar metrics under their public names; ``losses`` the loss of every step
+    (warm-up included, step index = position); ``facts`` what actually ran (device, precision,
+    loader, batch size used...).
+    """
+
+    config: dict[str, Any]
+    status: str
+    reason: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    losses: list[float] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+    mlflow_run_id: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "status": self.status,
+            "reason": self.reason,
+            "metrics": self.metrics,
+            "losses": self.losses,
+            "facts": self.facts,
+            "mlflow_run_id": self.mlflow_run_id,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunResult":
+        return cls(**data)

@@ -1,0 +1,210 @@
+"""The matrix runner: validate everything, then run each configuration in its own fresh process.
+
+Flow: :func:`resolve` checks the workload, preset and device names and fixes the batch size from the
+preset (before anything runs); the workload prepares shared inputs once; each configuration runs as
+``python -m suite.execute`` while this process samples the child's host RAM (child + loader workers);
+recorders persist every result as soon as it ends. A failed configuration is recorded with its reason
+and the matrix goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+from suite.config import MatrixSpec, RunConfig
+from suite.errors import ConfigError, UnknownPluginError
+from suite.events import parse as parse_event
+from suite.fileio import write_json_atomic
+from suite.recorders.base import MatrixInfo, Recorder
+from suite.registry import device_names, load_workload
+from suite.results import FAILED, FINISHED, KILLED, RunResult
+from suite.trackers.host_ram import HostRamSampler
+
+LOG_TAIL_LINES = 20
+
+
+class Progress(Protocol):
+    """What the runner tells a progress display (the CLI's is a rich progress bar)."""
+
+    def config_started(self, config: RunConfig, index: int, count: int) -> None: ...
+    def event(self, config: RunConfig, event: dict[str, Any]) -> None: ...
+    def config_ended(self, result: RunResult) -> None: ...
+
+
+class NoProgress:
+    def config_started(self, config: RunConfig, index: int, count: int) -> None:
+        pass
+
+    def event(self, config: RunConfig, event: dict[str, Any]) -> None:
+        pass
+
+    def config_ended(self, result: RunResult) -> None:
+        pass
+
+
+def resolve(spec: MatrixSpec) -> tuple[type, list[RunConfig]]:
+    """Validate names against the registries and expand the matrix with the preset's batch size.
+
+    Raises :class:`UnknownPluginError` / :class:`ConfigError` naming what is valid, before anything runs.
+    """
+    workload_cls = load_workload(spec.workload)
+    if spec.preset not in workload_cls.presets:
+        raise UnknownPluginError(
+            f"unknown preset {spec.preset!r} for workload {spec.workload}; "
+            f"valid presets: {', '.join(workload_cls.presets)}"
+        )
+    known_devices = device_names()
+    for device in spec.devices:
+        if device not in known_devices:
+            raise UnknownPluginError(f"unknown device {device!r}; valid devices: {', '.join(known_devices)}")
+    batch_size = spec.batch_size or workload_cls.presets[spec.preset].batch_size
+    configs = [dataclasses.replace(c, batch_size=batch_size) for c in spec.expand()]
+    return workload_cls, configs
+
+
+def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with open(path, errors="replace") as fh:
+            return "".join(deque(fh, maxlen=lines)).strip()
+    except OSError:
+        return ""
+
+
+def _exit_description(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        hint = " (killed: out of memory?)" if -returncode == signal.SIGKILL else ""
+        return f"run process died from {name}{hint}"
+    return f"run process exited with status {returncode} without a result"
+
+
+def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None = None,
+                 sample_interval_s: float = 0.05) -> RunResult:
+    """Run one configuration in a fresh Python process and return its result.
+
+    Host RAM (RSS and PSS, summed over the child and its loader workers) is sampled from this
+    process for the child's whole lifetime.
+    """
+    progress = progress or NoProgress()
+    run_dir = output_dir / "runs" / config.config_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path, result_path, log_path = run_dir / "config.json", run_dir / "result.json", run_dir / "run.log"
+    write_json_atomic(config_path, config.to_dict())
+    result_path.unlink(missing_ok=True)
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "suite.execute", "--config", str(config_path), "--result", str(result_path)]
+    started = time.time()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+        sampler = HostRamSampler(proc.pid, interval_s=sample_interval_s).start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                event = parse_event(line)
+                if event is None:
+                    log.write(line)
+                else:
+                    progress.event(config, event)
+            returncode = proc.wait()
+        except BaseException:  # interrupted: stop the child and its workers, then propagate
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+        finally:
+            ram = sampler.stop()
+    if result_path.exists():
+        import json
+
+        with open(result_path) as fh:
+            result = RunResult.from_dict(json.load(fh))
+    else:
+        tail = _log_tail(log_path)
+        last = tail.splitlines()[-1] if tail else ""
+        reason = _exit_description(returncode) + (f"; last log line: {last}" if last else "")
+        result = RunResult(config=config.to_dict(), status=FAILED, reason=reason, started_at=started,
+                           ended_at=time.time())
+    if ram.samples:
+        result.metrics["host_ram_peak_rss_bytes"] = float(ram.peak_rss_bytes)
+        if ram.peak_pss_bytes is not None:
+            result.metrics["host_ram_peak_pss_bytes"] = float(ram.peak_pss_bytes)
+        result.facts["host_ram_max_processes"] = ram.max_processes
+        result.facts["host_ram_samples"] = ram.samples
+    result.facts["log"] = str(log_path)
+    return result
+
+
+def _end_all(recorders: Sequence[Recorder], result: RunResult) -> None:
+    """Give ``result`` to every recorder, even when one fails; then raise the first failure.
+
+    Recorders run in order (MLflow before results.json, so the JSON holds the MLflow run id); a
+    recorder that fails is noted in the result, so the later ones (results.json) still keep it.
+    """
+    errors: list[BaseException] = []
+    for recorder in recorders:
+        try:
+            recorder.end(result)
+        except Exception as exc:  # noqa: BLE001 - recorded below and re-raised
+            errors.append(exc)
+            result.facts.setdefault("recorder_errors", []).append(f"{type(recorder).__name__}: {exc}")
+    if errors:
+        raise errors[0]
+
+
+def run_matrix(
+    configs: Sequence[RunConfig],
+    output_dir: Path,
+    recorders: Sequence[Recorder],
+    info: MatrixInfo,
+    progress: Progress | None = None,
+) -> list[RunResult]:
+    """Run every configuration in order, recording each as it ends; return all results.
+
+    On an interrupt (Ctrl-C), the running configuration is recorded as KILLED, the recorders are
+    closed with status KILLED and the interrupt propagates.
+    """
+    if not configs:
+        raise ConfigError("the matrix has no configuration to run")
+    progress = progress or NoProgress()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for recorder in recorders:
+        recorder.open(info)
+    results: list[RunResult] = []
+    status = FINISHED
+    try:
+        for index, config in enumerate(configs):
+            for recorder in recorders:
+                recorder.begin(config)
+            progress.config_started(config, index, len(configs))
+            try:
+                result = run_isolated(config, output_dir, progress)
+            except KeyboardInterrupt:
+                status = KILLED
+                killed = RunResult(config=config.to_dict(), status=KILLED, reason="interrupted by the user",
+                                   ended_at=time.time())
+                results.append(killed)
+                _end_all(recorders, killed)
+                raise
+            results.append(result)
+            _end_all(recorders, result)
+            progress.config_ended(result)
+    finally:
+        if status == FINISHED and any(r.status != FINISHED for r in results):
+            status = FAILED
+        for recorder in recorders:
+            recorder.close(status)
+    return results

@@ -1,0 +1,73 @@
+"""The workload plugin interface.
+
+A workload builds its model, data and optimizer for one :class:`~suite.config.RunConfig` and
+performs one training step at a time. It does not time itself: the runner owns the clock, so every
+workload and every device is measured with the same accounting.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
+
+if TYPE_CHECKING:
+    import torch
+
+    from suite.config import RunConfig
+    from suite.devices.base import DeviceAdapter
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named, fixed recipe of a workload. Its batch size and seed are part of the recipe."""
+
+    name: str
+    batch_size: int
+    description: str
+
+
+class Workload(ABC):
+    """One benchmark workload (e.g. BridgeTower contrastive fine-tuning)."""
+
+    #: Registered name (``--workload NAME``).
+    name: ClassVar[str]
+    #: Presets by name; the first listed in :attr:`default_preset` is used when none is given.
+    presets: ClassVar[Mapping[str, Preset]]
+    default_preset: ClassVar[str]
+
+    @classmethod
+    def prepare(cls, config: "RunConfig") -> dict[str, Any]:
+        """Validate inputs and build shared caches once, in the parent, before any run starts.
+
+        Raise :class:`~suite.errors.SuiteError` for bad input (missing dataset, unknown column...).
+        Returns facts worth recording for the whole matrix (e.g. where the dataset lives).
+        """
+        return {}
+
+    def __init__(self, config: "RunConfig", device: "DeviceAdapter") -> None:
+        self.config = config
+        self.device = device
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Build model, optimizer and data loader on ``self.device`` (seeded by the runner before)."""
+
+    @abstractmethod
+    def batches(self) -> Iterator[Any]:
+        """An endless iterator of batches from the configured loader (epochs roll over)."""
+
+    @abstractmethod
+    def train_step(self, batch: Any) -> "torch.Tensor":
+        """Run one optimizer step on ``batch`` and return the (detached) loss tensor."""
+
+    @abstractmethod
+    def count_samples(self, batch: Any) -> int:
+        """Number of samples in ``batch``; the runner checks it equals the recorded batch size."""
+
+    def facts(self) -> dict[str, Any]:
+        """What actually ran (model size, tokenizer, image processor...), recorded with the run."""
+        return {}
+
+    def teardown(self) -> None:
+        """Release loader workers and other resources."""

@@ -1,0 +1,1 @@
+"""Workload plugins for the suite, registered in the ``suite.workloads`` entry-point group."""

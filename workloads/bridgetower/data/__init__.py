@@ -1,0 +1,1 @@
+"""Data for the BridgeTower workload: sources of (image bytes, caption) pairs and the torch loader."""

@@ -1,0 +1,95 @@
+"""The torch Dataset and DataLoader for both loaders.
+
+* ``cpu`` loader (the reference method): workers decode and preprocess; batches carry float
+  ``pixel_values``.
+* ``device`` loader: workers only read encoded bytes; the device decodes and preprocesses them inside
+  the training step. ``num_workers`` keeps its meaning (processes reading bytes).
+
+Order is deterministic: a seeded sampler generator and per-worker seeding, so the loss trajectory is
+the same for every ``num_workers``.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, RandomSampler
+
+from suite.errors import DatasetError
+from suite.imaging import decode_to_rgb_tensor
+
+from workloads.bridgetower.data.sources import ImageCaptionSource
+from workloads.bridgetower.preprocessing import preprocess_image
+
+
+class CaptionedImages(Dataset):
+    def __init__(self, source: ImageCaptionSource, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 loader: str, image_size: int) -> None:
+        if len(source) != len(input_ids):
+            raise ValueError("one tokenized caption per sample is required")
+        self.source, self.input_ids, self.attention_mask = source, input_ids, attention_mask
+        self.loader, self.image_size = loader, image_size
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        data = self.source.read_bytes(index)
+        item: dict[str, Any] = {"input_ids": self.input_ids[index], "attention_mask": self.attention_mask[index]}
+        if self.loader == "device":
+            item["encoded_image"] = data
+            return item
+        try:
+            image = decode_to_rgb_tensor(data)
+        except Exception as exc:  # noqa: BLE001 - any decode failure names the file
+            raise DatasetError(f"cannot decode image {self.source.name_of(index)}: {exc}") from exc
+        item["pixel_values"] = preprocess_image(image, self.image_size)
+        return item
+
+
+def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
+    batch: dict[str, Any] = {
+        "input_ids": torch.stack([i["input_ids"] for i in items]),
+        "attention_mask": torch.stack([i["attention_mask"] for i in items]),
+    }
+    if "pixel_values" in items[0]:
+        batch["pixel_values"] = torch.stack([i["pixel_values"] for i in items])
+    else:
+        batch["encoded_images"] = [i["encoded_image"] for i in items]
+    return batch
+
+
+def seed_worker(worker_id: int) -> None:
+    """Seed Python and NumPy in a loader worker from torch's per-worker seed (itself from the generator)."""
+    seed = torch.initial_seed() % 2**32
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, seed: int,
+                pin_memory: bool = False) -> DataLoader:
+    if len(dataset) < batch_size:
+        raise DatasetError(f"the dataset has {len(dataset)} samples, fewer than one batch of {batch_size}")
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=RandomSampler(dataset, generator=generator),
+        num_workers=num_workers,
+        collate_fn=collate,
+        drop_last=True,  # every step has exactly the recorded batch size
+        worker_init_fn=seed_worker,
+        generator=generator,
+        persistent_workers=num_workers > 0,
+        pin_memory=pin_memory,
+    )
+
+
+def endless(loader: DataLoader) -> Iterator[dict[str, Any]]:
+    """Batches forever; each pass is a new epoch with the next shuffled order."""
+    while True:
+        yield from loader

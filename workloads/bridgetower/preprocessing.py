@@ -1,0 +1,49 @@
+"""Image preprocessing identical to the reference script (optimum-habana ``run_bridgetower.py``).
+
+The reference, for the New Yorker dataset's decoded PIL images, does ``to_tensor`` (float in [0, 1]),
+``Resize([image_size], bicubic)`` (shorter side to ``image_size``, antialiased, as torchvision does for
+tensors), ``CenterCrop(image_size)``, ``ConvertImageDtype(float)`` and ``Normalize(CLIP mean, std)``.
+This module does the same arithmetic with plain torch ops (torchvision's tensor resize calls the same
+``torch.nn.functional.interpolate``), so it runs on any device and needs no torchvision.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def resized_hw(height: int, width: int, size: int) -> tuple[int, int]:
+    """Output size of ``Resize([size])``: shorter side to ``size``, aspect ratio kept (truncating)."""
+    short, long = (height, width) if height <= width else (width, height)
+    new_short, new_long = size, int(size * long / short)
+    return (new_short, new_long) if height <= width else (new_long, new_short)
+
+
+def center_crop_offsets(height: int, width: int, size: int) -> tuple[int, int]:
+    """Top/left offsets of ``CenterCrop(size)`` (torchvision rounds half-way offsets)."""
+    return int(round((height - size) / 2.0)), int(round((width - size) / 2.0))
+
+
+def preprocess_image(
+    image: torch.Tensor, size: int, mean: Sequence[float] = CLIP_MEAN, std: Sequence[float] = CLIP_STD
+) -> torch.Tensor:
+    """uint8 RGB ``(3, H, W)`` -> normalized float32 ``(3, size, size)``, on the image's device."""
+    if image.dtype != torch.uint8 or image.ndim != 3 or image.shape[0] != 3:
+        raise ValueError(f"expected a uint8 tensor of shape (3, H, W), got {image.dtype} {tuple(image.shape)}")
+    x = image.to(torch.float32).div_(255.0)
+    height, width = x.shape[-2:]
+    new_h, new_w = resized_hw(height, width, size)
+    if (new_h, new_w) != (height, width):
+        x = F.interpolate(x.unsqueeze(0), size=(new_h, new_w), mode="bicubic", align_corners=False,
+                          antialias=True).squeeze(0)
+    top, left = center_crop_offsets(new_h, new_w, size)
+    x = x[:, top:top + size, left:left + size]
+    mean_t = torch.tensor(mean, dtype=x.dtype, device=x.device).view(3, 1, 1)
+    std_t = torch.tensor(std, dtype=x.dtype, device=x.device).view(3, 1, 1)
+    return x.sub_(mean_t).div_(std_t).contiguous()

@@ -1,0 +1,154 @@
+"""The BridgeTower contrastive fine-tuning workload (``BridgeTowerForContrastiveLearning``).
+
+As the reference script: captions tokenized up front (``max_length`` padding, truncation), the text
+pooler removed (frozen), ``return_loss=True`` (mean of the text-image, text-cross and image-cross
+cross-entropies over the local batch), AdamW with a linear schedule, gradient clipping at 1.0, bf16
+autocast when that precision is requested.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, ClassVar, Iterator, Mapping
+
+import torch
+
+from suite.config import RunConfig
+from suite.errors import SuiteError
+from suite.workload import Workload
+
+from workloads.bridgetower.data.loader import CaptionedImages, endless, make_loader
+from workloads.bridgetower.data.sources import ImageCaptionSource, open_source
+from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD, preprocess_image
+from workloads.bridgetower.presets import PRESETS, BridgeTowerPreset
+from workloads.bridgetower.tokenizer import build_byte_level_tokenizer, load_pretrained_tokenizer, tokenizer_fingerprint
+
+
+def build_model(preset: BridgeTowerPreset, weights: str | None) -> Any:
+    """Pretrained weights from ``weights`` (local path or hub id) if given, else random init of the preset."""
+    from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning
+
+    if weights:
+        try:
+            return BridgeTowerForContrastiveLearning.from_pretrained(weights)
+        except Exception as exc:  # noqa: BLE001 - re-raised with context
+            raise SuiteError(f"cannot load weights {weights!r}: {type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())[:300]}") from exc
+    return BridgeTowerForContrastiveLearning(BridgeTowerConfig(**preset.model_config))
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """sha256 over every parameter and buffer (name, dtype, shape, bytes), in state-dict order."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
+class BridgeTowerWorkload(Workload):
+    name: ClassVar[str] = "bridgetower"
+    presets: ClassVar[Mapping[str, BridgeTowerPreset]] = PRESETS
+    default_preset: ClassVar[str] = "tiny"
+
+    @classmethod
+    def prepare(cls, config: RunConfig) -> dict[str, Any]:
+        """Open the dataset once in the parent (generating the synthetic set if needed)."""
+        source = open_source(config.dataset)
+        if config.weights and not Path(config.weights).exists() and config.weights.startswith((".", "/", "~")):
+            raise SuiteError(f"weights path does not exist: {config.weights}")
+        return {"dataset": source.describe()}
+
+    def __init__(self, config: RunConfig, device: Any) -> None:
+        super().__init__(config, device)
+        self.preset = PRESETS[config.preset]
+        self._facts: dict[str, Any] = {}
+        self._loader: Any = None
+
+    def setup(self) -> None:
+        preset, config = self.preset, self.config
+        source: ImageCaptionSource = open_source(config.dataset)
+        if preset.tokenizer == "local-byte-level":
+            tokenizer = build_byte_level_tokenizer()
+        else:
+            tokenizer = load_pretrained_tokenizer(config.weights or preset.tokenizer)
+        encoded = tokenizer(source.captions(), max_length=preset.max_seq_length, padding="max_length",
+                            truncation=True, return_tensors="pt")
+
+        model = build_model(preset, config.weights)
+        vocab_size = model.config.text_config.vocab_size
+        if len(tokenizer) > vocab_size:
+            raise SuiteError(f"tokenizer has {len(tokenizer)} tokens but the model's vocabulary has {vocab_size}")
+        model.bridgetower.text_model.pooler = None  # frozen in the reference (unused by the loss)
+        self._facts.update(
+            parameters=sum(p.numel() for p in model.parameters()),
+            trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
+            initial_weights_sha256=weights_fingerprint(model),
+            weights=config.weights or "random-init",
+        )
+        model.train()
+        self.model = self.device.place_model(model)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.params = params
+        self.optimizer = torch.optim.AdamW(params, lr=preset.learning_rate, eps=preset.adam_epsilon,
+                                           weight_decay=preset.weight_decay)
+        total_steps = config.warmup_steps + config.steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: max(0.0, (total_steps - step) / total_steps)  # linear, no warm-up
+        )
+        self.image_size = int(model.config.vision_config.image_size)
+        dataset = CaptionedImages(source, encoded["input_ids"], encoded["attention_mask"], config.loader,
+                                  self.image_size)
+        self._loader = make_loader(dataset, config.batch_size, config.num_workers, config.seed,
+                                   pin_memory=self.device.torch_device.type == "cuda")
+        self._facts.update(
+            dataset=source.describe(),
+            tokenizer="local-byte-level" if preset.tokenizer == "local-byte-level" else (config.weights or preset.tokenizer),
+            tokenizer_sha256=tokenizer_fingerprint(tokenizer),
+            max_seq_length=preset.max_seq_length,
+            image_size=self.image_size,
+            image_preprocessing="resize-shorter-bicubic-antialias+center-crop+clip-normalize (torch ops)",
+            image_mean=list(CLIP_MEAN),
+            image_std=list(CLIP_STD),
+            optimizer=f"torch.optim.AdamW(lr={preset.learning_rate}, eps={preset.adam_epsilon}, "
+                      f"weight_decay={preset.weight_decay})",
+            lr_schedule=f"linear decay to 0 over {total_steps} steps",
+            max_grad_norm=preset.max_grad_norm,
+            text_pooler="removed",
+        )
+
+    def batches(self) -> Iterator[Any]:
+        return endless(self._loader)
+
+    def count_samples(self, batch: Any) -> int:
+        return int(batch["input_ids"].shape[0])
+
+    def _pixel_values(self, batch: Any) -> torch.Tensor:
+        if "pixel_values" in batch:
+            return self.device.to_device(batch["pixel_values"])
+        images = self.device.decode_images(batch["encoded_images"])
+        return torch.stack([preprocess_image(image, self.image_size) for image in images])
+
+    def train_step(self, batch: Any) -> torch.Tensor:
+        pixel_values = self._pixel_values(batch)
+        input_ids = self.device.to_device(batch["input_ids"])
+        attention_mask = self.device.to_device(batch["attention_mask"])
+        with self.device.autocast(self.config.precision):
+            outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
+                                 return_loss=True)
+        outputs.loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, self.preset.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return outputs.loss.detach()
+
+    def facts(self) -> dict[str, Any]:
+        return dict(self._facts)
+
+    def teardown(self) -> None:
+        loader, self._loader = self._loader, None
+        if loader is not None and getattr(loader, "_iterator", None) is not None:
+            loader._iterator._shutdown_workers()  # persistent workers: stop them now, not at exit
