@@ -1,0 +1,51 @@
+"""CLI validation: bad input is one clear line and exit status 2, before anything runs."""
+
+import subprocess
+import sys
+
+import pytest
+
+from suite.cli import build_parser, main
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["run", "--workload", "nope"], "unknown workload 'nope'; valid workloads: bridgetower"),
+    (["run", "--device", "tpu"], "unknown device 'tpu'; valid devices: cpu"),
+    (["run", "--preset", "huge"], "unknown preset 'huge' for workload bridgetower; valid presets: tiny, large"),
+    (["run", "--dataset", "/no/such/folder"], "dataset path does not exist: /no/such/folder"),
+])
+def test_unknown_names_fail_before_running(argv, message, capsys, tmp_path):
+    assert main([*argv, "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"suite: error: {message}")
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing written
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["run", "--workers", "0,-1"], "invalid worker counts in '0,-1': -1 is negative"),
+    (["run", "--workers", "0,,2"], "expected a comma-separated list of worker counts"),
+    (["run", "--steps", "0"], "must be >= 1, got 0"),
+    (["run", "--batch-size", "-4"], "must be >= 1, got -4"),
+    (["run", "--precision", "fp8"], "'fp8' is not one of fp32, bf16"),
+    (["run", "--loader", "gpu"], "'gpu' is not one of cpu, device"),
+])
+def test_invalid_values_are_rejected_by_the_parser(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_run_help_explains_every_option():
+    out = subprocess.run([sys.executable, "-m", "suite", "run", "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    for option in ("--workload", "--preset", "--device", "--workers", "--loader", "--precision", "--steps",
+                   "--warmup-steps", "--dataset", "--output", "--tracking-uri", "--batch-size", "--seed", "--weights"):
+        assert option in out
+
+
+def test_list_shows_presets_and_devices(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "bridgetower/tiny (default): batch 8" in out and "bridgetower/large: batch 48" in out
+    assert "cpu: available" in out

@@ -1,0 +1,96 @@
+"""End to end: `suite run` spawns one process per configuration and records into a sqlite MLflow store."""
+
+import json
+import math
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from suite.cli import main
+from suite.config import RunConfig
+
+pytestmark = pytest.mark.e2e
+
+METRICS = ("throughput_samples_per_s", "step_time_p50_s", "step_time_p90_s", "step_time_p99_s",
+           "data_wait_fraction", "device_peak_memory_bytes", "host_ram_peak_rss_bytes", "host_ram_peak_pss_bytes")
+STEPS, WARMUP = 6, 2
+
+
+@pytest.fixture(scope="module")
+def matrix_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("e2e")
+    uri = f"sqlite:///{tmp}/mlflow.db"
+    code = main(["run", "--workers", "0,2", "--steps", str(STEPS), "--warmup-steps", str(WARMUP),
+                 "--output", str(tmp / "out"), "--tracking-uri", uri, "--no-progress"])
+    results = json.loads((tmp / "out" / "results.json").read_text())
+    return code, results, MlflowClient(tracking_uri=uri)
+
+
+def test_every_configuration_finished_into_results_json(matrix_run):
+    code, results, _ = matrix_run
+    assert code == 0
+    assert [r["status"] for r in results] == ["FINISHED", "FINISHED"]
+    assert [r["config"]["num_workers"] for r in results] == [0, 2]
+    for r in results:
+        assert set(r) >= {"config", "status", "reason", "metrics", "mlflow_run_id"}
+        assert r["config"]["batch_size"] == 8 and r["facts"]["batch_size_used"] == 8  # logged == used
+        assert r["config"]["seed"] == 42 and r["facts"]["warmup_steps_excluded"] == WARMUP
+
+
+def test_metrics_are_present_and_sane(matrix_run):
+    _, results, _ = matrix_run
+    for r in results:
+        m = r["metrics"]
+        assert set(METRICS) <= set(m)
+        assert m["throughput_samples_per_s"] > 0
+        assert 0 < m["step_time_p50_s"] <= m["step_time_p90_s"] <= m["step_time_p99_s"]
+        assert 0 <= m["data_wait_fraction"] <= 1
+        assert m["measured_steps"] == STEPS
+        assert m["device_peak_memory_bytes"] > 50 * 2**20
+        assert m["host_ram_peak_pss_bytes"] <= m["host_ram_peak_rss_bytes"]
+        assert len(r["losses"]) == STEPS + WARMUP and all(math.isfinite(x) for x in r["losses"])
+    no_workers, two_workers = (r["metrics"] for r in results)
+    assert two_workers["host_ram_peak_rss_bytes"] > no_workers["host_ram_peak_rss_bytes"]
+    assert two_workers["host_ram_peak_pss_bytes"] > no_workers["host_ram_peak_pss_bytes"]
+    assert results[1]["facts"]["host_ram_max_processes"] >= 3  # main + 2 workers were sampled
+
+
+def test_losses_identical_across_worker_counts(matrix_run):
+    _, results, _ = matrix_run
+    assert results[0]["losses"] == results[1]["losses"]
+
+
+def test_mlflow_holds_parent_and_child_runs(matrix_run):
+    _, results, client = matrix_run
+    experiment = client.get_experiment_by_name("bridgetower")
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("suite.role") == "matrix"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    children = {r.info.run_id: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id}
+    assert set(children) == {r["mlflow_run_id"] for r in results}
+    for r in results:
+        run = children[r["mlflow_run_id"]]
+        assert run.info.status == "FINISHED"
+        assert run.data.params == RunConfig.from_dict(r["config"]).as_params()  # every config field
+        for key in METRICS:
+            assert run.data.metrics[key] == pytest.approx(r["metrics"][key])
+        history = client.get_metric_history(run.info.run_id, "loss")
+        assert [h.step for h in history] == list(range(STEPS + WARMUP))
+        assert [h.value for h in history] == pytest.approx(r["losses"])
+        tags = run.data.tags
+        assert tags["device_name"] and tags["version.torch"] and tags["version.transformers"]
+        assert "git_commit" in tags and "git_dirty" in tags
+
+
+def test_failed_configuration_is_recorded_and_the_matrix_goes_on(tmp_path, test_plugins):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    code = main(["run", "--device", "absent-standin,cpu", "--workers", "0", "--steps", "2", "--warmup-steps", "1",
+                 "--output", str(tmp_path / "out"), "--tracking-uri", uri, "--no-progress"])
+    assert code == 1  # a failed configuration makes the invocation fail, after the others ran
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [(r["config"]["device"], r["status"]) for r in results] == [("absent-standin", "FAILED"),
+                                                                      ("cpu", "FINISHED")]
+    assert "stand-in accelerator is not present on this machine" in results[0]["reason"]
+    run = MlflowClient(tracking_uri=uri).get_run(results[0]["mlflow_run_id"])
+    assert run.info.status == "FAILED"
+    assert "stand-in accelerator is not present" in run.data.tags["failure_reason"]
