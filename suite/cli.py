@@ -138,7 +138,7 @@ class RichProgress:
 
     def config_ended(self, result: RunResult) -> None:
         self._bars.advance(self._matrix)
-        self.console.print(_summary_line(result))
+        self.console.print(_summary_line(result), soft_wrap=True)
 
 
 class PlainProgress:
@@ -177,6 +177,33 @@ def _summary_line(result: RunResult) -> str:
     return f"  {config_id}: " + ", ".join(parts)
 
 
+def print_results_table(results: Sequence[RunResult]) -> None:
+    """One row per configuration: the headline metrics, or the failure reason."""
+    from rich.console import Console
+    from rich.table import Table
+
+    mib = 2**20
+    table = Table(title="results")
+    for column in ("configuration", "status", "samples/s", "p50 ms", "p99 ms", "data-wait", "device peak MiB",
+                   "host PSS MiB", "host RSS MiB"):
+        table.add_column(column, justify="left" if column in ("configuration", "status") else "right")
+    for result in results:
+        m = result.metrics
+        config_id = RunConfig.from_dict(result.config).config_id
+
+        def fmt(key: str, scale: float = 1.0, pattern: str = "{:.0f}") -> str:
+            return pattern.format(m[key] * scale) if key in m else "-"
+
+        if result.status == FINISHED:
+            table.add_row(config_id, result.status, fmt("throughput_samples_per_s", pattern="{:.1f}"),
+                          fmt("step_time_p50_s", 1000), fmt("step_time_p99_s", 1000),
+                          fmt("data_wait_fraction", pattern="{:.0%}"), fmt("device_peak_memory_bytes", 1 / mib),
+                          fmt("host_ram_peak_pss_bytes", 1 / mib), fmt("host_ram_peak_rss_bytes", 1 / mib))
+        else:
+            table.add_row(config_id, f"{result.status}: {result.reason}", *["-"] * 7)
+    Console(width=max(Console().width, 140)).print(table)
+
+
 # --- commands ---------------------------------------------------------------------------------------
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.environment import git_state, host_facts, package_versions
@@ -200,13 +227,14 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     params = {k: str(v) for k, v in vars(spec).items() if k != "axes"}
     params.update({f"prepared.{k}": str(v) for k, v in prepared.items()})
     info = MatrixInfo(name=f"{spec.workload}-{spec.preset}-{stamp}", workload=spec.workload,
-                      command=["suite", *argv], tags=tags, params=params)
+                      command=["suite", *argv], output_dir=output, tags=tags, params=params)
     mlflow_recorder = MlflowRecorder(args.tracking_uri, args.experiment)
     json_recorder = JsonResultsRecorder(output)
     display = PlainProgress() if args.no_progress else RichProgress(len(configs))
     print(f"suite: {len(configs)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
     with display:
         results = run_matrix(configs, output, [mlflow_recorder, json_recorder], info, display)
+    print_results_table(results)
     where = {**json_recorder.describe(), **mlflow_recorder.describe()}
     print("\n".join(f"{k}: {v}" for k, v in where.items()))
     failed = [r for r in results if r.status != FINISHED]

@@ -145,6 +145,8 @@ def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None 
         result.facts["host_ram_max_processes"] = ram.max_processes
         result.facts["host_ram_samples"] = ram.samples
     result.facts["log"] = str(log_path)
+    result.facts["run_dir"] = str(run_dir)
+    write_json_atomic(result_path, result.to_dict())  # the complete record, host RAM included
     return result
 
 

@@ -80,6 +80,11 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
         tags = run.data.tags
         assert tags["device_name"] and tags["version.torch"] and tags["version.transformers"]
         assert "git_commit" in tags and "git_dirty" in tags
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert artifacts == {"config.json", "result.json", "run.log"}
+        recorded = json.loads(open(client.download_artifacts(run.info.run_id, "result.json")).read())
+        assert recorded["metrics"]["host_ram_peak_pss_bytes"] == r["metrics"]["host_ram_peak_pss_bytes"]
+    assert [a.path for a in client.list_artifacts(parents[0].info.run_id)] == ["results.json"]
 
 
 def test_failed_configuration_is_recorded_and_the_matrix_goes_on(tmp_path, test_plugins):

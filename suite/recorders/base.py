@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from suite.config import RunConfig
@@ -17,6 +18,7 @@ class MatrixInfo:
     name: str
     workload: str
     command: list[str]
+    output_dir: Path
     tags: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
 

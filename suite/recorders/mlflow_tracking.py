@@ -28,6 +28,16 @@ def default_tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
 
 
+def _artifact_location(tracking_uri: str, experiment: str) -> str | None:
+    """Artifacts of a local sqlite store go beside the database file (``mlartifacts/``), not into the
+    current directory; a tracking server decides for itself (``None``)."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix):
+        return None
+    database = Path(tracking_uri[len(prefix):])
+    return (database.parent / "mlartifacts" / experiment).resolve().as_uri()
+
+
 def _chunks(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -55,17 +65,19 @@ class MlflowRecorder(Recorder):
         self.parent_run_id: str | None = None
         self._common_tags: dict[str, str] = {}
         self._open_runs: dict[str, str] = {}  # config_id -> run id
+        self._output_dir: Path | None = None
 
     def _experiment(self, name: str) -> str:
         experiment = self.client.get_experiment_by_name(name)
         if experiment is not None:
             return experiment.experiment_id
-        return self.client.create_experiment(name)
+        return self.client.create_experiment(name, artifact_location=_artifact_location(self.tracking_uri, name))
 
     def open(self, info: MatrixInfo) -> None:
         from mlflow.entities import Param
 
         self.experiment_id = self._experiment(self._experiment_name or info.workload)
+        self._output_dir = info.output_dir
         self._common_tags = dict(info.tags)
         run = self.client.create_run(
             self.experiment_id, run_name=info.name, tags={**self._common_tags, "suite.role": "matrix",
@@ -114,6 +126,9 @@ class MlflowRecorder(Recorder):
             self.client.log_batch(run_id, metrics=list(chunk))
         for chunk in _chunks(tag_entities, _BATCH_TAGS):
             self.client.log_batch(run_id, tags=list(chunk))
+        run_dir = result.facts.get("run_dir")
+        if run_dir and Path(run_dir).is_dir():  # config.json, result.json, run.log of this configuration
+            self.client.log_artifacts(run_id, run_dir)
         self.client.set_terminated(run_id, status=result.status, end_time=now_ms)
 
     def close(self, status: str) -> None:
@@ -121,6 +136,9 @@ class MlflowRecorder(Recorder):
             self.client.set_terminated(run_id, status="KILLED")
         self._open_runs.clear()
         if self.parent_run_id:
+            results = self._output_dir / "results.json" if self._output_dir else None
+            if results is not None and results.is_file():
+                self.client.log_artifact(self.parent_run_id, str(results))
             self.client.set_terminated(self.parent_run_id, status=status)
 
     def describe(self) -> dict[str, Any]:
