@@ -8,6 +8,7 @@ and writes ``results.json`` in the output directory. ``suite list`` shows worklo
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -258,9 +259,18 @@ def _cmd_list() -> int:
     return 0
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the running configuration is recorded as KILLED."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if args.command == "run":
             return _cmd_run(args, argv)
@@ -268,6 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SuiteError as exc:
         print(f"suite: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("suite: interrupted; finished configurations are kept in results.json and MLflow", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print("suite: interrupted; every ended configuration and the interrupted one are in results.json "
+              "and MLflow", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)

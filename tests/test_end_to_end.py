@@ -2,6 +2,10 @@
 
 import json
 import math
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -99,3 +103,28 @@ def test_failed_configuration_is_recorded_and_the_matrix_goes_on(tmp_path, test_
     run = MlflowClient(tracking_uri=uri).get_run(results[0]["mlflow_run_id"])
     assert run.info.status == "FAILED"
     assert "stand-in accelerator is not present" in run.data.tags["failure_reason"]
+
+
+@pytest.mark.parametrize("sig,exit_status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_records_the_running_configuration_as_killed(tmp_path, sig, exit_status):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "suite", "run", "--workers", "0,1", "--steps", "100000",
+                             "--output", str(out), "--tracking-uri", uri, "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = out / "runs" / "bridgetower-tiny-cpu-nw0-cpu-fp32" / "run.log"
+    deadline = time.time() + 120
+    while not log.exists():  # the first configuration's process has started
+        assert time.time() < deadline and proc.poll() is None, "the run never started"
+        time.sleep(0.2)
+    time.sleep(3)  # inside the first configuration
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == exit_status, err
+    results = json.loads((out / "results.json").read_text())
+    assert [(r["config"]["num_workers"], r["status"]) for r in results] == [(0, "KILLED")]
+    client = MlflowClient(tracking_uri=uri)
+    assert client.get_run(results[0]["mlflow_run_id"]).info.status == "KILLED"
+    parent = [r for r in client.search_runs([client.get_experiment_by_name("bridgetower").experiment_id])
+              if r.data.tags.get("suite.role") == "matrix"]
+    assert [p.info.status for p in parent] == ["KILLED"]
