@@ -7,6 +7,7 @@ drives :meth:`StepStats.as_dict`. Metric names are the public MLflow/JSON keys.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -89,6 +90,16 @@ class StepStats:
         return {name: float(getattr(self, name)) for name in self.fields}
 
 
+def losses_hex(losses: Sequence[float]) -> list[str]:
+    """Each loss exactly, as ``float.hex`` (no decimal rounding)."""
+    return [float(x).hex() for x in losses]
+
+
+def loss_digest(losses: Sequence[float]) -> str:
+    """sha256 of the exact loss trajectory; equal digests mean bit-identical trajectories."""
+    return hashlib.sha256("\n".join(losses_hex(losses)).encode()).hexdigest()
+
+
 @dataclass
 class RunResult:
     """The record of one configuration: what ran, how it ended, what it measured.
@@ -107,13 +118,21 @@ class RunResult:
     mlflow_run_id: str | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    repeat: int = 0
+
+    @property
+    def loss_digest(self) -> str:
+        return loss_digest(self.losses)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "config": self.config,
+            "repeat": self.repeat,
             "status": self.status,
             "reason": self.reason,
             "metrics": self.metrics,
+            "loss_digest": self.loss_digest,
+            "losses_hex": losses_hex(self.losses),
             "losses": self.losses,
             "facts": self.facts,
             "mlflow_run_id": self.mlflow_run_id,
@@ -123,4 +142,13 @@ class RunResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RunResult":
-        return cls(**data)
+        """Rebuild from :meth:`to_dict` output; the exact losses (hex) win, and must match the digest."""
+        data = dict(data)
+        digest = data.pop("loss_digest", None)
+        hexes = data.pop("losses_hex", None)
+        if hexes is not None:
+            data["losses"] = [float.fromhex(h) for h in hexes]
+        result = cls(**data)
+        if digest is not None and digest != result.loss_digest:
+            raise ValueError("loss_digest does not match the recorded losses: the record is corrupt or edited")
+        return result

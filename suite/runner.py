@@ -23,6 +23,7 @@ from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError, UnknownPluginError
 from suite.events import parse as parse_event
 from suite.fileio import write_json_atomic
+from suite.manifest import build_manifest, write_manifest
 from suite.recorders.base import MatrixInfo, Recorder
 from suite.registry import device_names, load_workload
 from suite.results import FAILED, FINISHED, KILLED, RunResult
@@ -90,11 +91,12 @@ def _exit_description(returncode: int) -> str:
 
 
 def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None = None,
-                 sample_interval_s: float = 0.05) -> RunResult:
+                 command: Sequence[str] = (), sample_interval_s: float = 0.05) -> RunResult:
     """Run one configuration in a fresh Python process and return its result.
 
     Host RAM (RSS and PSS, summed over the child and its loader workers) is sampled from this
-    process for the child's whole lifetime.
+    process for the child's whole lifetime. The run's folder ends up holding ``config.json``,
+    ``result.json`` (complete), ``manifest.json`` (see :mod:`suite.manifest`) and ``run.log``.
     """
     progress = progress or NoProgress()
     run_dir = output_dir / "runs" / config.config_id
@@ -146,6 +148,7 @@ def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None 
         result.facts["host_ram_samples"] = ram.samples
     result.facts["log"] = str(log_path)
     result.facts["run_dir"] = str(run_dir)
+    result.facts["manifest"] = str(write_manifest(run_dir, build_manifest(result, command)))
     write_json_atomic(result_path, result.to_dict())  # the complete record, host RAM included
     return result
 
@@ -193,7 +196,7 @@ def run_matrix(
                 recorder.begin(config)
             progress.config_started(config, index, len(configs))
             try:
-                result = run_isolated(config, output_dir, progress)
+                result = run_isolated(config, output_dir, progress, command=info.command)
             except KeyboardInterrupt:
                 status = KILLED
                 killed = RunResult(config=config.to_dict(), status=KILLED, reason="interrupted by the user",

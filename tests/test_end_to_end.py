@@ -62,6 +62,26 @@ def test_metrics_are_present_and_sane(matrix_run):
 def test_losses_identical_across_worker_counts(matrix_run):
     _, results, _ = matrix_run
     assert results[0]["losses"] == results[1]["losses"]
+    assert results[0]["loss_digest"] == results[1]["loss_digest"]
+
+
+def test_manifest_records_what_ran(matrix_run):
+    from suite.manifest import config_from_manifest, load_manifest
+
+    _, results, _ = matrix_run
+    for r in results:
+        manifest = load_manifest(r["facts"]["manifest"])
+        assert config_from_manifest(manifest).to_dict() == r["config"]
+        assert manifest["batch_size"] == {"configured": 8, "used": 8}
+        assert manifest["seeds"]["seed"] == 42 and manifest["warmup_steps_excluded"] == WARMUP
+        assert manifest["loader"] == {"requested": "cpu", "ran": "cpu"}
+        assert manifest["packages"]["torch"].startswith("2.") and manifest["host"]["logical_cores"] >= 1
+        assert manifest["device"]["device_name"] and manifest["git"]["git_commit"]
+        assert manifest["command"][:2] == ["suite", "run"]
+        assert len(manifest["dataset_fingerprint"]["sha256"]) == 64
+        assert len(manifest["initial_weights_sha256"]) == 64 and len(manifest["tokenizer_sha256"]) == 64
+    first, second = (load_manifest(r["facts"]["manifest"]) for r in results)
+    assert first["initial_weights_sha256"] == second["initial_weights_sha256"]  # same seed, same init
 
 
 def test_mlflow_holds_parent_and_child_runs(matrix_run):
@@ -85,7 +105,7 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
         assert tags["device_name"] and tags["version.torch"] and tags["version.transformers"]
         assert "git_commit" in tags and "git_dirty" in tags
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert artifacts == {"config.json", "result.json", "run.log"}
+        assert artifacts == {"config.json", "result.json", "run.log", "manifest.json"}
         recorded = json.loads(open(client.download_artifacts(run.info.run_id, "result.json")).read())
         assert recorded["metrics"]["host_ram_peak_pss_bytes"] == r["metrics"]["host_ram_peak_pss_bytes"]
     assert [a.path for a in client.list_artifacts(parents[0].info.run_id)] == ["results.json"]

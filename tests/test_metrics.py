@@ -121,3 +121,17 @@ def test_batch_size_mismatch_is_a_failure():
 
     with pytest.raises(SuiteError, match="batch of 3 samples but the recorded batch size is 4"):
         _run_sleepy(0.0, 0.0, batch=3)
+
+
+def test_loss_digest_is_exact_and_round_trips():
+    from suite.results import loss_digest
+
+    losses = [2.1, 2.0999999999999996, float.fromhex("0x1.0cccccp+1")]
+    assert loss_digest(losses) != loss_digest([2.1, 2.1, losses[2]])  # one ulp apart is a different trajectory
+    result = RunResult(config={}, status="FINISHED", losses=losses)
+    data = result.to_dict()
+    assert float.fromhex(data["losses_hex"][2]) == losses[2] and data["loss_digest"] == loss_digest(losses)
+    assert RunResult.from_dict(data).losses == losses
+    data["losses_hex"][0] = (2.2).hex()
+    with pytest.raises(ValueError, match="loss_digest does not match"):
+        RunResult.from_dict(data)

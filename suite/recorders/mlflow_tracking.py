@@ -119,6 +119,8 @@ class MlflowRecorder(Recorder):
         if device_name:
             tags["device_name"] = str(device_name)
         tags["suite.status"] = result.status
+        tags["suite.repeat"] = str(result.repeat)
+        tags["loss_digest"] = result.loss_digest
         if result.reason:
             tags["failure_reason"] = result.reason[:5000]
         tag_entities = [RunTag(k, v) for k, v in tags.items()]

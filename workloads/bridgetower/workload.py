@@ -105,6 +105,7 @@ class BridgeTowerWorkload(Workload):
                                    pin_memory=self.device.torch_device.type == "cuda")
         self._facts.update(
             dataset=source.describe(),
+            dataset_fingerprint=source.fingerprint(),
             tokenizer="local-byte-level" if preset.tokenizer == "local-byte-level" else (config.weights or preset.tokenizer),
             tokenizer_sha256=tokenizer_fingerprint(tokenizer),
             max_seq_length=preset.max_seq_length,

@@ -13,6 +13,7 @@ Sources hand out *encoded* bytes; decoding happens in the loader (CPU workers or
 
 from __future__ import annotations
 
+import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -46,6 +47,10 @@ class ImageCaptionSource(ABC):
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """Facts recorded with the run: kind, location, revision, sample count."""
+
+    @abstractmethod
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies the data exactly: content hashes, or dataset id + revision."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,16 @@ class ImageFolderSource(ImageCaptionSource):
         return {"kind": self.kind, "path": str(self.root), "metadata": str(self.metadata_path),
                 "caption_column": self.caption_column, "num_samples": len(self)}
 
+    def fingerprint(self) -> dict[str, Any]:
+        """sha256 over every sample's (file name, sha256 of the file, caption), in index order."""
+        digest = hashlib.sha256()
+        for index, entry in enumerate(self._entries):
+            file_hash = hashlib.sha256(self.read_bytes(index)).hexdigest()
+            name = entry.path.relative_to(self.metadata_path.parent).as_posix()
+            digest.update(f"{name}\t{file_hash}\t{entry.caption}\n".encode())
+        return {"method": "sha256(file_name, sha256(file), caption per sample)", "sha256": digest.hexdigest(),
+                "num_samples": len(self)}
+
 
 class HubSource(ImageCaptionSource):
     """The published dataset through ``datasets.load_dataset`` at a pinned revision."""
@@ -153,6 +168,11 @@ class HubSource(ImageCaptionSource):
 
     def name_of(self, index: int) -> str:
         return f"{self.dataset_id}[{self.split}][{index}]"
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"method": "dataset id + config + revision + split", "dataset_id": self.dataset_id,
+                "config": self.config_name, "revision": self.revision, "split": self.split,
+                "datasets_fingerprint": getattr(self._data, "_fingerprint", None), "num_samples": len(self)}
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "hub", "dataset_id": self.dataset_id, "config": self.config_name, "revision": self.revision,
