@@ -19,6 +19,7 @@ from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.events import emit
 from suite.fileio import write_json_atomic
+from suite.mlperf_log import MlperfLog
 from suite.registry import load_device, load_workload
 from suite.results import FAILED, FINISHED, RunResult, StepStats
 from suite.trackers.timing import StepTimer
@@ -35,8 +36,11 @@ def _one_line(exc: BaseException) -> str:
     return text if isinstance(exc, SuiteError) else f"{type(exc).__name__}: {text}"
 
 
-def execute(config: RunConfig, emit_event: EmitFn = _no_emit) -> RunResult:
-    """Run ``config`` here and return its result; never raises for a failure of the run itself."""
+def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | None = None) -> RunResult:
+    """Run ``config`` here and return its result; never raises for a failure of the run itself.
+
+    With ``mllog_path``, an MLPerf-format log of the run is written there (see :mod:`suite.mlperf_log`).
+    """
     if config.batch_size is None:
         raise ValueError("execute() needs a resolved batch_size (see suite.runner.resolve)")
     result = RunResult(config=config.to_dict(), status=FAILED, started_at=time.time())
@@ -44,7 +48,10 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit) -> RunResult:
     facts["warmup_steps_excluded"] = config.warmup_steps
     facts["batch_size_used"] = None
     adapter = workload = None
+    mlperf = MlperfLog(mllog_path)
     try:
+        mlperf.event("submission_benchmark", config.workload)
+        mlperf.start("init_start")
         adapter = load_device(config.device)(local_rank=0)
         emit_event(phase="device setup")
         adapter.setup()
@@ -63,13 +70,19 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit) -> RunResult:
         facts["workload"] = workload.facts()
         facts["precision_used"] = config.precision
         facts["loader_used"] = config.loader
-        _train(config, adapter, workload, result, emit_event)
+        _log_hyperparameters(mlperf, config, workload)
+        mlperf.end("init_stop")
+        mlperf.start("run_start")
+        _train(config, adapter, workload, result, emit_event, mlperf)
+        mlperf.end("run_stop", metadata={"status": "success"})
         result.status = FINISHED
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, none lost
         result.status = FAILED
         result.reason = _one_line(exc)
         traceback.print_exc(file=sys.stderr)
+        mlperf.abort()
     finally:
+        mlperf.close()
         for closer in (workload, adapter):
             if closer is not None:
                 try:
@@ -80,7 +93,19 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit) -> RunResult:
     return result
 
 
-def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn) -> None:
+def _log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any) -> None:
+    mlperf.event("seed", config.seed)
+    mlperf.event("global_batch_size", config.batch_size)  # x world size once multi-device lands
+    mlperf.event("gradient_accumulation_steps", 1)
+    for key, value in workload.mlperf_hyperparameters().items():
+        mlperf.event(key, value)
+    for key in ("device", "num_workers", "loader", "precision", "warmup_steps", "steps"):
+        mlperf.event(f"suite_{key}", getattr(config, key))
+
+
+def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn,
+           mlperf: MlperfLog | None = None) -> None:
+    mlperf = mlperf or MlperfLog(None)
     total = config.warmup_steps + config.steps
     batches = workload.batches()
     timer = StepTimer(adapter.synchronize)
@@ -89,6 +114,8 @@ def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, em
     adapter.reset_peak_memory()
     timer.start()
     for step in range(total):
+        if step == config.warmup_steps:
+            mlperf.start("block_start", metadata={"first_step": step, "step_count": config.steps})
         batch = next(batches)
         timer.batch_ready()
         samples = workload.count_samples(batch)
@@ -106,8 +133,11 @@ def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, em
         if not math.isfinite(loss_value):
             raise SuiteError(f"loss became {loss_value} at step {step}")
         emit_event(step=step + 1, total=total, loss=loss_value)
+    mlperf.end("block_stop", metadata={"first_step": config.warmup_steps, "step_count": config.steps})
     result.facts["batch_size_used"] = config.batch_size
-    result.metrics.update(StepStats.from_timings(measured, config.batch_size).as_dict())
+    stats = StepStats.from_timings(measured, config.batch_size)
+    result.metrics.update(stats.as_dict())
+    mlperf.event("throughput", stats.throughput_samples_per_s, metadata={"unit": "samples/s"})
     memory = adapter.peak_memory()
     if memory is not None:
         result.metrics["device_peak_memory_bytes"] = float(memory.peak_bytes)
@@ -120,10 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m suite.execute", description=__doc__)
     parser.add_argument("--config", required=True, help="JSON file with one resolved RunConfig")
     parser.add_argument("--result", required=True, help="where to write the RunResult JSON")
+    parser.add_argument("--mllog", default=None, help="where to write the MLPerf-format log")
     args = parser.parse_args(argv)
     with open(args.config) as fh:
         config = RunConfig.from_dict(json.load(fh))
-    result = execute(config, emit_event=emit)
+    result = execute(config, emit_event=emit, mllog_path=args.mllog)
     write_json_atomic(args.result, result.to_dict())
     return 0
 

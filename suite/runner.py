@@ -102,10 +102,12 @@ def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None 
     run_dir = output_dir / "runs" / config.config_id
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path, result_path, log_path = run_dir / "config.json", run_dir / "result.json", run_dir / "run.log"
+    mllog_path = run_dir / "mlperf.log"
     write_json_atomic(config_path, config.to_dict())
     result_path.unlink(missing_ok=True)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "suite.execute", "--config", str(config_path), "--result", str(result_path)]
+    cmd = [sys.executable, "-m", "suite.execute", "--config", str(config_path), "--result", str(result_path),
+           "--mllog", str(mllog_path)]
     started = time.time()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
@@ -148,6 +150,8 @@ def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None 
         result.facts["host_ram_samples"] = ram.samples
     result.facts["log"] = str(log_path)
     result.facts["run_dir"] = str(run_dir)
+    if mllog_path.exists():
+        result.facts["mlperf_log"] = str(mllog_path)
     result.facts["manifest"] = str(write_manifest(run_dir, build_manifest(result, command)))
     write_json_atomic(result_path, result.to_dict())  # the complete record, host RAM included
     return result

@@ -65,6 +65,15 @@ def test_losses_identical_across_worker_counts(matrix_run):
     assert results[0]["loss_digest"] == results[1]["loss_digest"]
 
 
+def test_mlperf_logs_pass_the_compliance_checker(matrix_run):
+    from suite.mlperf_log import check_compliance
+
+    _, results, _ = matrix_run
+    for r in results:
+        passed, output = check_compliance(r["facts"]["mlperf_log"])
+        assert passed, output
+
+
 def test_manifest_records_what_ran(matrix_run):
     from suite.manifest import config_from_manifest, load_manifest
 
@@ -105,7 +114,7 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
         assert tags["device_name"] and tags["version.torch"] and tags["version.transformers"]
         assert "git_commit" in tags and "git_dirty" in tags
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert artifacts == {"config.json", "result.json", "run.log", "manifest.json"}
+        assert artifacts == {"config.json", "result.json", "run.log", "manifest.json", "mlperf.log"}
         recorded = json.loads(open(client.download_artifacts(run.info.run_id, "result.json")).read())
         assert recorded["metrics"]["host_ram_peak_pss_bytes"] == r["metrics"]["host_ram_peak_pss_bytes"]
     assert [a.path for a in client.list_artifacts(parents[0].info.run_id)] == ["results.json"]

@@ -146,6 +146,19 @@ class BridgeTowerWorkload(Workload):
         self.optimizer.zero_grad(set_to_none=True)
         return outputs.loss.detach()
 
+    def mlperf_hyperparameters(self) -> dict[str, Any]:
+        preset = self.preset
+        return {
+            "train_samples": len(self._loader.dataset),
+            "opt_name": "adamw",
+            "opt_base_learning_rate": preset.learning_rate,
+            "opt_adamw_epsilon": preset.adam_epsilon,
+            "opt_adamw_weight_decay": preset.weight_decay,
+            "opt_gradient_clip_norm": preset.max_grad_norm,
+            "opt_learning_rate_warmup_steps": 0,
+            "max_sequence_length": preset.max_seq_length,
+        }
+
     def facts(self) -> dict[str, Any]:
         return dict(self._facts)
 
