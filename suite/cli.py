@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 from suite.config import DEFAULT_SEED, DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, LOADERS, PRECISIONS, MatrixSpec, RunConfig
 from suite.errors import SuiteError
 from suite.results import FINISHED, RunResult
+from suite.scoring import ConfigScore
 
 DEFAULT_WORKLOAD = "bridgetower"
 
@@ -89,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default: %(default)s, as the reference's throughput_warmup_steps)")
     run.add_argument("--batch-size", type=_int_at_least(1), default=None,
                      help="per-device batch size (default: the preset's fixed one; recorded either way)")
+    run.add_argument("--repeats", type=_int_at_least(1), default=1,
+                     help="run each configuration N times, each in a fresh process, and score it the MLPerf way "
+                          "(drop the highest and lowest throughput, mean of the rest; spread as CV) (default: 1)")
     run.add_argument("--seed", type=_int_at_least(0), default=DEFAULT_SEED, help="seed of every RNG (default: 42)")
     run.add_argument("--dataset", default=None,
                      help="'synthetic' (default, generated locally), 'newyorker' (the published dataset from the "
@@ -190,7 +194,7 @@ def print_results_table(results: Sequence[RunResult]) -> None:
         table.add_column(column, justify="left" if column in ("configuration", "status") else "right")
     for result in results:
         m = result.metrics
-        config_id = RunConfig.from_dict(result.config).config_id
+        config_id = RunConfig.from_dict(result.config).config_id + (f" #{result.repeat}" if result.repeat else "")
 
         def fmt(key: str, scale: float = 1.0, pattern: str = "{:.0f}") -> str:
             return pattern.format(m[key] * scale) if key in m else "-"
@@ -202,6 +206,22 @@ def print_results_table(results: Sequence[RunResult]) -> None:
                           fmt("host_ram_peak_pss_bytes", 1 / mib), fmt("host_ram_peak_rss_bytes", 1 / mib))
         else:
             table.add_row(config_id, f"{result.status}: {result.reason}", *["-"] * 7)
+    Console(width=max(Console().width, 140)).print(table)
+
+
+def print_scores_table(scores: Sequence[ConfigScore]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="scores over repeats")
+    for column in ("configuration", "status", "repeats", "score samples/s", "CV", "dropped", "losses identical"):
+        table.add_column(column)
+    for score in scores:
+        table.add_row(score.config_id, score.status if not score.reason else f"{score.status}: {score.reason}",
+                      str(score.repeats),
+                      "-" if score.throughput_score is None else f"{score.throughput_score:.1f}",
+                      "-" if score.throughput_cv is None else f"{score.throughput_cv:.1%}",
+                      ",".join(map(str, score.dropped_repeats)) or "-", str(score.loss_digests_identical))
     Console(width=max(Console().width, 140)).print(table)
 
 
@@ -228,18 +248,19 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     params = {k: str(v) for k, v in vars(spec).items() if k != "axes"}
     params.update({f"prepared.{k}": str(v) for k, v in prepared.items()})
     info = MatrixInfo(name=f"{spec.workload}-{spec.preset}-{stamp}", workload=spec.workload,
-                      command=["suite", *argv], output_dir=output, tags=tags, params=params)
+                      command=["suite", *argv], output_dir=output, repeats=args.repeats, tags=tags, params=params)
     mlflow_recorder = MlflowRecorder(args.tracking_uri, args.experiment)
     json_recorder = JsonResultsRecorder(output)
-    display = PlainProgress() if args.no_progress else RichProgress(len(configs))
+    display = PlainProgress() if args.no_progress else RichProgress(len(configs) * args.repeats)
     print(f"suite: {len(configs)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
     with display:
-        results = run_matrix(configs, output, [mlflow_recorder, json_recorder], info, display)
-    print_results_table(results)
+        outcome = run_matrix(configs, output, [mlflow_recorder, json_recorder], info, display)
+    print_results_table(outcome.results)
+    if args.repeats > 1:
+        print_scores_table(outcome.scores)
     where = {**json_recorder.describe(), **mlflow_recorder.describe()}
     print("\n".join(f"{k}: {v}" for k, v in where.items()))
-    failed = [r for r in results if r.status != FINISHED]
-    return 1 if failed else 0
+    return 0 if outcome.status == FINISHED else 1
 
 
 def _cmd_list() -> int:

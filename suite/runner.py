@@ -16,8 +16,9 @@ import subprocess
 import sys
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError, UnknownPluginError
@@ -27,6 +28,7 @@ from suite.manifest import build_manifest, write_manifest
 from suite.recorders.base import MatrixInfo, Recorder
 from suite.registry import device_names, load_workload
 from suite.results import FAILED, FINISHED, KILLED, RunResult
+from suite.scoring import ConfigScore, score_repeats
 from suite.trackers.host_ram import HostRamSampler
 
 LOG_TAIL_LINES = 20
@@ -91,7 +93,8 @@ def _exit_description(returncode: int) -> str:
 
 
 def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None = None,
-                 command: Sequence[str] = (), sample_interval_s: float = 0.05) -> RunResult:
+                 command: Sequence[str] = (), repeat: int = 0, run_name: str | None = None,
+                 sample_interval_s: float = 0.05) -> RunResult:
     """Run one configuration in a fresh Python process and return its result.
 
     Host RAM (RSS and PSS, summed over the child and its loader workers) is sampled from this
@@ -99,7 +102,7 @@ def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None 
     ``result.json`` (complete), ``manifest.json`` (see :mod:`suite.manifest`) and ``run.log``.
     """
     progress = progress or NoProgress()
-    run_dir = output_dir / "runs" / config.config_id
+    run_dir = output_dir / "runs" / (run_name or config.config_id)
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path, result_path, log_path = run_dir / "config.json", run_dir / "result.json", run_dir / "run.log"
     mllog_path = run_dir / "mlperf.log"
@@ -142,6 +145,7 @@ def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None 
         reason = _exit_description(returncode) + (f"; last log line: {last}" if last else "")
         result = RunResult(config=config.to_dict(), status=FAILED, reason=reason, started_at=started,
                            ended_at=time.time())
+    result.repeat = repeat
     if ram.samples:
         result.metrics["host_ram_peak_rss_bytes"] = float(ram.peak_rss_bytes)
         if ram.peak_pss_bytes is not None:
@@ -157,21 +161,31 @@ def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None 
     return result
 
 
-def _end_all(recorders: Sequence[Recorder], result: RunResult) -> None:
-    """Give ``result`` to every recorder, even when one fails; then raise the first failure.
+def _notify(recorders: Sequence[Recorder], call: Callable[[Recorder], None], result: RunResult | None) -> None:
+    """Call every recorder, even when one fails; then raise the first failure.
 
     Recorders run in order (MLflow before results.json, so the JSON holds the MLflow run id); a
-    recorder that fails is noted in the result, so the later ones (results.json) still keep it.
+    recorder that fails is noted in ``result``, so the later ones (results.json) still keep it.
     """
     errors: list[BaseException] = []
     for recorder in recorders:
         try:
-            recorder.end(result)
+            call(recorder)
         except Exception as exc:  # noqa: BLE001 - recorded below and re-raised
             errors.append(exc)
-            result.facts.setdefault("recorder_errors", []).append(f"{type(recorder).__name__}: {exc}")
+            if result is not None:
+                result.facts.setdefault("recorder_errors", []).append(f"{type(recorder).__name__}: {exc}")
     if errors:
         raise errors[0]
+
+
+@dataclass
+class MatrixOutcome:
+    """Every run (repeats included) and one score per configuration."""
+
+    results: list[RunResult]
+    scores: list[ConfigScore]
+    status: str
 
 
 def run_matrix(
@@ -180,11 +194,12 @@ def run_matrix(
     recorders: Sequence[Recorder],
     info: MatrixInfo,
     progress: Progress | None = None,
-) -> list[RunResult]:
-    """Run every configuration in order, recording each as it ends; return all results.
+) -> MatrixOutcome:
+    """Run every configuration ``info.repeats`` times, recording each run as it ends and each
+    configuration's score (see :mod:`suite.scoring`) after its last repeat.
 
-    On an interrupt (Ctrl-C), the running configuration is recorded as KILLED, the recorders are
-    closed with status KILLED and the interrupt propagates.
+    On an interrupt (Ctrl-C, SIGTERM), the running configuration is recorded as KILLED, the recorders
+    are closed with status KILLED and the interrupt propagates.
     """
     if not configs:
         raise ConfigError("the matrix has no configuration to run")
@@ -192,28 +207,36 @@ def run_matrix(
     output_dir.mkdir(parents=True, exist_ok=True)
     for recorder in recorders:
         recorder.open(info)
-    results: list[RunResult] = []
-    status = FINISHED
+    outcome = MatrixOutcome([], [], FINISHED)
+    total = len(configs) * info.repeats
     try:
         for index, config in enumerate(configs):
-            for recorder in recorders:
-                recorder.begin(config)
-            progress.config_started(config, index, len(configs))
-            try:
-                result = run_isolated(config, output_dir, progress, command=info.command)
-            except KeyboardInterrupt:
-                status = KILLED
-                killed = RunResult(config=config.to_dict(), status=KILLED, reason="interrupted by the user",
-                                   ended_at=time.time())
-                results.append(killed)
-                _end_all(recorders, killed)
-                raise
-            results.append(result)
-            _end_all(recorders, result)
-            progress.config_ended(result)
+            repeats: list[RunResult] = []
+            for repeat in range(info.repeats):
+                for recorder in recorders:
+                    recorder.begin(config, repeat)
+                progress.config_started(config, index * info.repeats + repeat, total)
+                run_name = config.config_id if info.repeats == 1 else f"{config.config_id}-r{repeat}"
+                try:
+                    result = run_isolated(config, output_dir, progress, command=info.command, repeat=repeat,
+                                          run_name=run_name)
+                except KeyboardInterrupt:
+                    outcome.status = KILLED
+                    killed = RunResult(config=config.to_dict(), status=KILLED, reason="interrupted by the user",
+                                       ended_at=time.time(), repeat=repeat)
+                    outcome.results.append(killed)
+                    _notify(recorders, lambda r: r.end(killed), killed)
+                    raise
+                repeats.append(result)
+                outcome.results.append(result)
+                _notify(recorders, lambda r: r.end(result), result)
+                progress.config_ended(result)
+            score = score_repeats(repeats)
+            outcome.scores.append(score)
+            _notify(recorders, lambda r: r.score(score), None)
     finally:
-        if status == FINISHED and any(r.status != FINISHED for r in results):
-            status = FAILED
+        if outcome.status == FINISHED and any(r.status != FINISHED for r in outcome.results):
+            outcome.status = FAILED
         for recorder in recorders:
-            recorder.close(status)
-    return results
+            recorder.close(outcome.status)
+    return outcome

@@ -117,7 +117,7 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
         assert artifacts == {"config.json", "result.json", "run.log", "manifest.json", "mlperf.log"}
         recorded = json.loads(open(client.download_artifacts(run.info.run_id, "result.json")).read())
         assert recorded["metrics"]["host_ram_peak_pss_bytes"] == r["metrics"]["host_ram_peak_pss_bytes"]
-    assert [a.path for a in client.list_artifacts(parents[0].info.run_id)] == ["results.json"]
+    assert [a.path for a in client.list_artifacts(parents[0].info.run_id)] == ["results.json", "scores.json"]
 
 
 def test_failed_configuration_is_recorded_and_the_matrix_goes_on(tmp_path, test_plugins):
@@ -157,3 +157,26 @@ def test_interrupt_records_the_running_configuration_as_killed(tmp_path, sig, ex
     parent = [r for r in client.search_runs([client.get_experiment_by_name("bridgetower").experiment_id])
               if r.data.tags.get("suite.role") == "matrix"]
     assert [p.info.status for p in parent] == ["KILLED"]
+
+
+def test_repeats_are_scored_and_nested_in_mlflow(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    code = main(["run", "--workers", "0", "--repeats", "3", "--steps", "3", "--warmup-steps", "1",
+                 "--output", str(tmp_path / "out"), "--tracking-uri", uri, "--no-progress"])
+    assert code == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [r["repeat"] for r in results] == [0, 1, 2]
+    assert len({r["loss_digest"] for r in results}) == 1  # bit-identical across repeats
+    [score] = json.loads((tmp_path / "out" / "scores.json").read_text())
+    values = [r["metrics"]["throughput_samples_per_s"] for r in results]
+    assert score["repeats"] == 3 and score["loss_digests_identical"] is True
+    assert score["throughput_score"] == pytest.approx(sorted(values)[1])  # 3 repeats: the median one remains
+    assert score["throughput_cv"] > 0
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("bridgetower").experiment_id])
+    [config_run] = [r for r in runs if r.data.tags.get("suite.role") == "configuration"]
+    repeat_runs = [r for r in runs if r.data.tags.get("suite.role") == "repeat"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in repeat_runs} == {config_run.info.run_id}
+    assert sorted(r.info.run_id for r in repeat_runs) == sorted(r["mlflow_run_id"] for r in results)
+    assert config_run.data.metrics["throughput_samples_per_s"] == pytest.approx(score["throughput_score"])
+    assert config_run.info.status == "FINISHED"

@@ -9,6 +9,7 @@ from typing import Any
 
 from suite.config import RunConfig
 from suite.results import RunResult
+from suite.scoring import ConfigScore
 
 
 @dataclass
@@ -19,6 +20,7 @@ class MatrixInfo:
     workload: str
     command: list[str]
     output_dir: Path
+    repeats: int = 1
     tags: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
 
@@ -28,12 +30,15 @@ class Recorder(ABC):
     def open(self, info: MatrixInfo) -> None:
         """Start recording a matrix."""
 
-    def begin(self, config: RunConfig) -> None:
-        """A configuration is about to run."""
+    def begin(self, config: RunConfig, repeat: int = 0) -> None:
+        """Repeat ``repeat`` of a configuration is about to run."""
 
     @abstractmethod
     def end(self, result: RunResult) -> None:
         """A configuration ended (FINISHED, FAILED or KILLED); persist it now."""
+
+    def score(self, score: ConfigScore) -> None:
+        """All repeats of a configuration ended; ``score`` summarizes them."""
 
     @abstractmethod
     def close(self, status: str) -> None:

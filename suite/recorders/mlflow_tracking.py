@@ -15,6 +15,7 @@ from typing import Any, Iterable, Sequence
 from suite.config import RunConfig
 from suite.recorders.base import MatrixInfo, Recorder
 from suite.results import RunResult
+from suite.scoring import ConfigScore
 
 PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
@@ -55,6 +56,8 @@ def _flatten(prefix: str, data: dict[str, Any]) -> dict[str, str]:
 
 
 class MlflowRecorder(Recorder):
+    """Matrix -> configuration runs; with ``repeats > 1``, matrix -> configuration (the score) -> repeats."""
+
     def __init__(self, tracking_uri: str | None = None, experiment_name: str | None = None) -> None:
         from mlflow.tracking import MlflowClient
 
@@ -64,7 +67,9 @@ class MlflowRecorder(Recorder):
         self.experiment_id: str | None = None
         self.parent_run_id: str | None = None
         self._common_tags: dict[str, str] = {}
-        self._open_runs: dict[str, str] = {}  # config_id -> run id
+        self._repeats = 1
+        self._open_runs: dict[tuple[str, int], str] = {}  # (config_id, repeat) -> run id
+        self._score_runs: dict[str, str] = {}  # config_id -> run holding the score (repeats > 1)
         self._output_dir: Path | None = None
 
     def _experiment(self, name: str) -> str:
@@ -73,42 +78,56 @@ class MlflowRecorder(Recorder):
             return experiment.experiment_id
         return self.client.create_experiment(name, artifact_location=_artifact_location(self.tracking_uri, name))
 
-    def open(self, info: MatrixInfo) -> None:
+    def _log(self, run_id: str, metrics: Sequence[Any] = (), params: Sequence[Any] = (),
+             tags: Sequence[Any] = ()) -> None:
+        for chunk in _chunks(list(params), _BATCH_PARAMS):
+            self.client.log_batch(run_id, params=list(chunk))
+        for chunk in _chunks(list(metrics), _BATCH_METRICS):
+            self.client.log_batch(run_id, metrics=list(chunk))
+        for chunk in _chunks(list(tags), _BATCH_TAGS):
+            self.client.log_batch(run_id, tags=list(chunk))
+
+    def _create_run(self, name: str, parent: str | None, tags: dict[str, str], params: dict[str, str]) -> str:
         from mlflow.entities import Param
 
+        all_tags = {**self._common_tags, **tags}
+        if parent:
+            all_tags[PARENT_TAG] = parent
+        run_id = self.client.create_run(self.experiment_id, run_name=name, tags=all_tags).info.run_id
+        self._log(run_id, params=[Param(k, v) for k, v in params.items()])
+        return run_id
+
+    def open(self, info: MatrixInfo) -> None:
         self.experiment_id = self._experiment(self._experiment_name or info.workload)
         self._output_dir = info.output_dir
+        self._repeats = info.repeats
         self._common_tags = dict(info.tags)
-        run = self.client.create_run(
-            self.experiment_id, run_name=info.name, tags={**self._common_tags, "suite.role": "matrix",
-                                                           "suite.command": " ".join(info.command)[:5000]}
+        self.parent_run_id = self._create_run(
+            info.name, None, {"suite.role": "matrix", "suite.command": " ".join(info.command)[:5000]},
+            {**info.params, "repeats": str(info.repeats)},
         )
-        self.parent_run_id = run.info.run_id
-        params = [Param(k, v) for k, v in info.params.items()]
-        for chunk in _chunks(params, _BATCH_PARAMS):
-            self.client.log_batch(self.parent_run_id, params=list(chunk))
 
-    def begin(self, config: RunConfig) -> None:
-        from mlflow.entities import Param
-
-        tags = {**self._common_tags, "suite.role": "configuration", "suite.config_id": config.config_id,
-                "suite.device": config.device}
-        if self.parent_run_id:
-            tags[PARENT_TAG] = self.parent_run_id
-        run = self.client.create_run(self.experiment_id, run_name=config.config_id, tags=tags)
-        self._open_runs[config.config_id] = run.info.run_id
-        params = [Param(k, v) for k, v in config.as_params().items()]
-        for chunk in _chunks(params, _BATCH_PARAMS):
-            self.client.log_batch(run.info.run_id, params=list(chunk))
+    def begin(self, config: RunConfig, repeat: int = 0) -> None:
+        tags = {"suite.config_id": config.config_id, "suite.device": config.device, "suite.repeat": str(repeat)}
+        if self._repeats == 1:
+            parent, name, role = self.parent_run_id, config.config_id, "configuration"
+        else:
+            if config.config_id not in self._score_runs:
+                self._score_runs[config.config_id] = self._create_run(
+                    config.config_id, self.parent_run_id, {**tags, "suite.role": "configuration"},
+                    config.as_params())
+            parent, name, role = self._score_runs[config.config_id], f"{config.config_id}-r{repeat}", "repeat"
+        self._open_runs[(config.config_id, repeat)] = self._create_run(
+            name, parent, {**tags, "suite.role": role}, config.as_params())
 
     def end(self, result: RunResult) -> None:
         from mlflow.entities import Metric, RunTag
 
         config = RunConfig.from_dict(result.config)
-        run_id = self._open_runs.pop(config.config_id, None)
-        if run_id is None:
-            self.begin(config)
-            run_id = self._open_runs.pop(config.config_id)
+        key = (config.config_id, result.repeat)
+        if key not in self._open_runs:
+            self.begin(config, result.repeat)
+        run_id = self._open_runs.pop(key)
         result.mlflow_run_id = run_id
         now_ms = int((result.ended_at or time.time()) * 1000)
         metrics = [Metric(k, float(v), now_ms, 0) for k, v in result.metrics.items()]
@@ -119,28 +138,46 @@ class MlflowRecorder(Recorder):
         if device_name:
             tags["device_name"] = str(device_name)
         tags["suite.status"] = result.status
-        tags["suite.repeat"] = str(result.repeat)
         tags["loss_digest"] = result.loss_digest
         if result.reason:
             tags["failure_reason"] = result.reason[:5000]
-        tag_entities = [RunTag(k, v) for k, v in tags.items()]
-        for chunk in _chunks(metrics, _BATCH_METRICS):
-            self.client.log_batch(run_id, metrics=list(chunk))
-        for chunk in _chunks(tag_entities, _BATCH_TAGS):
-            self.client.log_batch(run_id, tags=list(chunk))
+        self._log(run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
         run_dir = result.facts.get("run_dir")
-        if run_dir and Path(run_dir).is_dir():  # config.json, result.json, run.log of this configuration
+        if run_dir and Path(run_dir).is_dir():  # config, result, manifest, logs of this run
             self.client.log_artifacts(run_id, run_dir)
         self.client.set_terminated(run_id, status=result.status, end_time=now_ms)
 
+    def score(self, score: ConfigScore) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        run_id = self._score_runs.pop(score.config_id, None)
+        if run_id is None:  # a single repeat: its run is the configuration's run
+            return
+        now_ms = int(time.time() * 1000)
+        metrics = [Metric("repeats", float(score.repeats), now_ms, 0)]
+        if score.throughput_score is not None:
+            metrics.append(Metric("throughput_samples_per_s", score.throughput_score, now_ms, 0))
+        if score.throughput_cv is not None:
+            metrics.append(Metric("throughput_cv", score.throughput_cv, now_ms, 0))
+        metrics += [Metric("throughput_repeat", v, now_ms, i) for i, v in enumerate(score.throughput_values)]
+        tags = {"suite.scoring": score.method, "suite.dropped_repeats": ",".join(map(str, score.dropped_repeats)),
+                "loss_digests_identical": str(score.loss_digests_identical), "suite.status": score.status}
+        if score.reason:
+            tags["failure_reason"] = score.reason[:5000]
+        self._log(run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
+        self.client.set_terminated(run_id, status=score.status, end_time=now_ms)
+
     def close(self, status: str) -> None:
-        for run_id in self._open_runs.values():  # configurations that never ended: interrupted
+        # runs that never ended were interrupted
+        for run_id in [*self._open_runs.values(), *self._score_runs.values()]:
             self.client.set_terminated(run_id, status="KILLED")
         self._open_runs.clear()
+        self._score_runs.clear()
         if self.parent_run_id:
-            results = self._output_dir / "results.json" if self._output_dir else None
-            if results is not None and results.is_file():
-                self.client.log_artifact(self.parent_run_id, str(results))
+            for name in ("results.json", "scores.json"):
+                path = self._output_dir / name if self._output_dir else None
+                if path is not None and path.is_file():
+                    self.client.log_artifact(self.parent_run_id, str(path))
             self.client.set_terminated(self.parent_run_id, status=status)
 
     def describe(self) -> dict[str, Any]:

@@ -1,0 +1,67 @@
+"""Scoring repeated runs of one configuration, the MLPerf way.
+
+MLPerf Training drops the fastest and the slowest of its repeated runs and averages the rest. Here the
+measured quantity is throughput: with at least 3 repeats, the highest and lowest throughput are dropped
+and the rest averaged; with fewer, all are averaged (and the method says so). The spread is reported as
+the coefficient of variation over all repeats. A failed repeat fails the configuration's score: it is
+never dropped as an outlier.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from suite.config import RunConfig
+from suite.results import FAILED, FINISHED, RunResult
+
+METRIC = "throughput_samples_per_s"
+
+
+@dataclass(frozen=True)
+class ConfigScore:
+    config_id: str
+    config: dict[str, Any]
+    status: str
+    reason: str | None
+    repeats: int
+    throughput_values: tuple[float, ...]
+    throughput_score: float | None
+    throughput_cv: float | None
+    dropped_repeats: tuple[int, ...]
+    loss_digests_identical: bool
+    method: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def score_repeats(results: Sequence[RunResult]) -> ConfigScore:
+    """Score the repeats (all of one configuration, in repeat order)."""
+    if not results:
+        raise ValueError("score_repeats needs at least one result")
+    config = results[0].config
+    if any(r.config != config for r in results):
+        raise ValueError("score_repeats got results of different configurations")
+    config_id = RunConfig.from_dict(config).config_id
+    digests_identical = len({r.loss_digest for r in results}) == 1
+    failed = [r for r in results if r.status != FINISHED]
+    if failed:
+        first = failed[0]
+        return ConfigScore(config_id, config, FAILED,
+                           f"repeat {first.repeat} of {len(results)} {first.status}: {first.reason}", len(results),
+                           tuple(r.metrics.get(METRIC, float("nan")) for r in results), None, None, (),
+                           digests_identical, "not scored: a repeat did not finish")
+    values = [r.metrics[METRIC] for r in results]
+    order = sorted(range(len(values)), key=values.__getitem__)
+    if len(values) >= 3:
+        dropped = (order[0], order[-1])
+        kept = [v for i, v in enumerate(values) if i not in dropped]
+        method = "mean after dropping the highest and the lowest throughput (MLPerf-style)"
+    else:
+        dropped, kept = (), values
+        method = f"mean of all {len(values)} repeat(s): fewer than 3, nothing dropped"
+    cv = statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
+    return ConfigScore(config_id, config, FINISHED, None, len(values), tuple(values), statistics.fmean(kept), cv,
+                       tuple(results[i].repeat for i in dropped), digests_identical, method)
