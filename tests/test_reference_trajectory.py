@@ -1,0 +1,56 @@
+"""Regression canary: the tiny CPU preset's loss trajectory against the one committed in reference/.
+
+Regenerate (after an intended change, say why in the commit) with:
+    SUITE_UPDATE_REFERENCE=1 pytest tests/test_reference_trajectory.py
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from suite.config import RunConfig
+from suite.environment import package_versions
+
+TRAJECTORY = Path(__file__).resolve().parents[1] / "reference" / "tiny_cpu_loss_trajectory.json"
+CONFIG = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=0, loader="cpu", precision="fp32",
+                   steps=5, warmup_steps=3, seed=42, batch_size=8)
+RTOL = 1e-5  # last-bit differences between CPU instruction sets and JPEG codec builds; far below a real change
+
+
+def _run(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG.to_dict()))
+    subprocess.run([sys.executable, "-m", "suite.execute", "--config", str(tmp_path / "config.json"),
+                    "--result", str(tmp_path / "result.json")], check=True, capture_output=True)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "FINISHED", result["reason"]
+    return result
+
+
+def test_tiny_loss_trajectory_matches_the_reference(tmp_path):
+    result = _run(tmp_path)
+    if os.environ.get("SUITE_UPDATE_REFERENCE") == "1":
+        versions = package_versions()
+        TRAJECTORY.write_text(json.dumps({
+            "description": "loss per step (warm-up included) of the tiny preset on CPU; a regression canary",
+            "config": CONFIG.to_dict(),
+            "dataset_fingerprint": result["facts"]["workload"]["dataset_fingerprint"]["sha256"],
+            "initial_weights_sha256": result["facts"]["workload"]["initial_weights_sha256"],
+            "losses_hex": result["losses_hex"],
+            "loss_digest": result["loss_digest"],
+            "rtol": RTOL,
+            "generated_with": {k: versions[k] for k in ("torch", "transformers", "pillow", "numpy")}
+            | {"cpu_capability": torch.backends.cpu.get_cpu_capability()},
+        }, indent=2) + "\n")
+        pytest.skip("reference trajectory rewritten")
+    reference = json.loads(TRAJECTORY.read_text())
+    assert reference["config"] == CONFIG.to_dict()
+    expected = torch.tensor([float.fromhex(h) for h in reference["losses_hex"]], dtype=torch.float64)
+    measured = torch.tensor([float.fromhex(h) for h in result["losses_hex"]], dtype=torch.float64)
+    assert measured.shape == expected.shape
+    assert result["facts"]["workload"]["initial_weights_sha256"] == reference["initial_weights_sha256"]
+    torch.testing.assert_close(measured, expected, rtol=reference["rtol"], atol=0.0)
