@@ -2,7 +2,8 @@
 
 ``suite run`` with no arguments runs the default CPU matrix (tiny BridgeTower preset, synthetic
 New-Yorker-like data, ``dataloader_num_workers`` 0, 1, 2) into a local MLflow store (``./mlflow.db``)
-and writes ``results.json`` in the output directory. ``suite list`` shows workloads, presets and devices.
+and writes ``results.json`` in the output directory. ``suite list`` shows workloads, presets and devices;
+``suite audit`` re-runs a recorded matrix and checks it; ``suite compare`` sets it beside published results.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from suite.audit import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
 from suite.config import DEFAULT_SEED, DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, LOADERS, PRECISIONS, MatrixSpec, RunConfig
 from suite.errors import SuiteError
 from suite.results import FINISHED, RunResult
@@ -107,6 +109,35 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="plain log lines instead of progress bars")
 
     sub.add_parser("list", help="list workloads with their presets, and device adapters with availability")
+
+    audit = sub.add_parser(
+        "audit", help="re-run a recorded matrix from its manifests and give a verdict per check",
+        description="Audit TARGET: a results directory, an MLflow run id (matrix or configuration), or a "
+                    "published-results file (reference/*.json). Checks: batch size logged = used, equal warm-up "
+                    "accounting, loader requested = loader run, re-run from the manifest with identical inputs, "
+                    "loss digest (bit-identical on the same device kind, else within --loss-rtol), throughput "
+                    "within the noise band, package drift. Exit status 1 when a check fails.")
+    audit.add_argument("target", help="results directory, MLflow run id, or reference JSON file")
+    audit.add_argument("--tracking-uri", default=None,
+                       help="MLflow store of the target run and of the audit record (default: as `suite run`)")
+    audit.add_argument("--output", type=Path, default=None,
+                       help="where re-runs and audit.json go (default: ./suite-results/audit-<time>)")
+    audit.add_argument("--no-rerun", action="store_true", help="check the records only")
+    audit.add_argument("--loss-rtol", type=float, default=DEFAULT_LOSS_RTOL,
+                       help="relative loss tolerance across device kinds (default: %(default)s)")
+    audit.add_argument("--throughput-tolerance", type=float, default=DEFAULT_THROUGHPUT_TOLERANCE,
+                       help="smallest throughput noise band, relative; 3 x the recorded CV when repeats were "
+                            "scored (default: %(default)s)")
+    audit.add_argument("--no-progress", action="store_true", help="plain log lines instead of progress bars")
+
+    compare = sub.add_parser("compare", help="measured results beside published ones, as ratios",
+                             description="Show published ratios (device vs device, workers N vs 0, device loader "
+                                         "vs CPU loader) beside the same ratios measured in RESULTS.")
+    compare.add_argument("results", nargs="?", default=None,
+                         help="results directory or MLflow run id of a matrix (omit to list the published ratios)")
+    compare.add_argument("--reference", required=True, help="published results name (e.g. bridgetower_hf_blog_2023) "
+                                                            "or path")
+    compare.add_argument("--tracking-uri", default=None, help="MLflow store when RESULTS is a run id")
     return parser
 
 
@@ -288,6 +319,79 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+def _load_recorded(target: str, tracking_uri: str | None) -> Any:
+    from suite.audit import load_directory, load_mlflow_run
+    from suite.recorders import default_tracking_uri
+
+    path = Path(target)
+    if path.is_dir():
+        return load_directory(path)
+    if path.suffix == ".json" or "/" in target:
+        raise SuiteError(f"no such results directory: {target}")
+    return load_mlflow_run(target, tracking_uri or default_tracking_uri())
+
+
+def _print_checks(report: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    colours = {"PASS": "green", "FAIL": "red", "WARN": "yellow", "SKIP": "dim"}
+    table = Table(title=f"audit of {report.target}")
+    for column in ("subject", "check", "verdict", "detail"):
+        table.add_column(column, overflow="fold")
+    for c in report.checks:
+        table.add_row(c.subject, c.name, f"[{colours[c.verdict]}]{c.verdict}[/]", c.detail)
+    Console(width=max(Console().width, 160)).print(table)
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from suite.audit import audit_recorded, audit_reference, log_audit_to_mlflow
+    from suite.fileio import write_json_atomic
+    from suite.recorders import default_tracking_uri
+
+    target = Path(args.target)
+    if target.is_file():
+        report = audit_reference(target)
+        _print_checks(report)
+        return 0 if report.passed else 1
+    recorded = _load_recorded(args.target, args.tracking_uri)
+    output = args.output or Path("suite-results") / f"audit-{time.strftime('%Y%m%d-%H%M%S')}"
+    output.mkdir(parents=True, exist_ok=True)
+    display = PlainProgress() if args.no_progress else RichProgress(len(recorded.results))
+    with display:
+        report = audit_recorded(recorded, args.target, output, rerun=not args.no_rerun, loss_rtol=args.loss_rtol,
+                                throughput_tolerance=args.throughput_tolerance, progress=display)
+    write_json_atomic(output / "audit.json", report.as_dict())
+    workload = recorded.results[0].config["workload"] if recorded.results else "audit"
+    run_id = log_audit_to_mlflow(report, args.tracking_uri or default_tracking_uri(), workload, output / "audit.json")
+    _print_checks(report)
+    print(f"audit: {output / 'audit.json'}\nmlflow audit run: {run_id}")
+    return 0 if report.passed else 1
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from suite.compare import compare, load_reference, measured_table, reference_table
+
+    path, data = load_reference(args.reference)
+    measured: dict = {}
+    if args.results:
+        recorded = _load_recorded(args.results, args.tracking_uri)
+        measured = measured_table([r.to_dict() for r in recorded.results], recorded.scores)
+    table = Table(title=f"{data.get('title', path.stem)}: published vs measured ratios")
+    for column in ("ratio", "published", "measured", "measured / published"):
+        table.add_column(column, justify="left" if column == "ratio" else "right")
+    for row in compare(reference_table(data), measured):
+        both = row.published is not None and row.measured is not None
+        table.add_row(row.name, "-" if row.published is None else f"{row.published:.3f}",
+                      "-" if row.measured is None else f"{row.measured:.3f}",
+                      f"{row.measured / row.published:.3f}" if both else "-")
+    Console(width=max(Console().width, 120)).print(table)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -295,6 +399,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _cmd_run(args, argv)
+        if args.command == "audit":
+            return _cmd_audit(args)
+        if args.command == "compare":
+            return _cmd_compare(args)
         return _cmd_list()
     except SuiteError as exc:
         print(f"suite: error: {exc}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,11 +28,11 @@ def matrix_run(tmp_path_factory):
     code = main(["run", "--workers", "0,2", "--steps", str(STEPS), "--warmup-steps", str(WARMUP),
                  "--output", str(tmp / "out"), "--tracking-uri", uri, "--no-progress"])
     results = json.loads((tmp / "out" / "results.json").read_text())
-    return code, results, MlflowClient(tracking_uri=uri)
+    return code, results, MlflowClient(tracking_uri=uri), tmp
 
 
 def test_every_configuration_finished_into_results_json(matrix_run):
-    code, results, _ = matrix_run
+    code, results, _, _ = matrix_run
     assert code == 0
     assert [r["status"] for r in results] == ["FINISHED", "FINISHED"]
     assert [r["config"]["num_workers"] for r in results] == [0, 2]
@@ -42,7 +43,7 @@ def test_every_configuration_finished_into_results_json(matrix_run):
 
 
 def test_metrics_are_present_and_sane(matrix_run):
-    _, results, _ = matrix_run
+    _, results, _, _ = matrix_run
     for r in results:
         m = r["metrics"]
         assert set(METRICS) <= set(m)
@@ -60,7 +61,7 @@ def test_metrics_are_present_and_sane(matrix_run):
 
 
 def test_losses_identical_across_worker_counts(matrix_run):
-    _, results, _ = matrix_run
+    _, results, _, _ = matrix_run
     assert results[0]["losses"] == results[1]["losses"]
     assert results[0]["loss_digest"] == results[1]["loss_digest"]
 
@@ -68,7 +69,7 @@ def test_losses_identical_across_worker_counts(matrix_run):
 def test_mlperf_logs_pass_the_compliance_checker(matrix_run):
     from suite.mlperf_log import check_compliance
 
-    _, results, _ = matrix_run
+    _, results, _, _ = matrix_run
     for r in results:
         passed, output = check_compliance(r["facts"]["mlperf_log"])
         assert passed, output
@@ -77,7 +78,7 @@ def test_mlperf_logs_pass_the_compliance_checker(matrix_run):
 def test_manifest_records_what_ran(matrix_run):
     from suite.manifest import config_from_manifest, load_manifest
 
-    _, results, _ = matrix_run
+    _, results, _, _ = matrix_run
     for r in results:
         manifest = load_manifest(r["facts"]["manifest"])
         assert config_from_manifest(manifest).to_dict() == r["config"]
@@ -94,7 +95,7 @@ def test_manifest_records_what_ran(matrix_run):
 
 
 def test_mlflow_holds_parent_and_child_runs(matrix_run):
-    _, results, client = matrix_run
+    _, results, client, _ = matrix_run
     experiment = client.get_experiment_by_name("bridgetower")
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if r.data.tags.get("suite.role") == "matrix"]
@@ -180,3 +181,44 @@ def test_repeats_are_scored_and_nested_in_mlflow(tmp_path):
     assert sorted(r.info.run_id for r in repeat_runs) == sorted(r["mlflow_run_id"] for r in results)
     assert config_run.data.metrics["throughput_samples_per_s"] == pytest.approx(score["throughput_score"])
     assert config_run.info.status == "FINISHED"
+
+
+def test_audit_reruns_from_manifests_and_links_to_the_audited_run(matrix_run, tmp_path):
+    _, results, client, tmp = matrix_run
+    uri = f"sqlite:///{tmp}/mlflow.db"
+    code = main(["audit", str(tmp / "out"), "--tracking-uri", uri, "--output", str(tmp_path / "audit"),
+                 "--throughput-tolerance", "0.9", "--no-progress"])  # shared machines: a wide band here
+    report = json.loads((tmp_path / "audit" / "audit.json").read_text())
+    assert code == 0 and report["passed"], report
+    verdicts = {(c["subject"], c["name"]): c["verdict"] for c in report["checks"]}
+    for r in results:
+        config_id = RunConfig.from_dict(r["config"]).config_id
+        for check in ("batch_size", "loader", "rerun", "inputs", "loss_digest", "throughput"):
+            assert verdicts[(config_id, check)] == "PASS", (config_id, check)
+        assert verdicts[(config_id + " (re-run)", "batch_size")] == "PASS"
+    assert verdicts[("matrix", "warmup_accounting")] == "PASS"
+    assert verdicts[("matrix", "environment")] == "PASS"
+    loss_checks = [c["detail"] for c in report["checks"] if c["name"] == "loss_digest"]
+    assert all("bit-identical" in d for d in loss_checks)
+    audits = [r for r in client.search_runs([client.get_experiment_by_name("bridgetower").experiment_id])
+              if r.data.tags.get("suite.role") == "audit"]
+    parent_id = client.get_run(results[0]["mlflow_run_id"]).data.tags["mlflow.parentRunId"]
+    assert [a.data.tags["suite.audited_run_id"] for a in audits] == [parent_id]
+    assert audits[0].data.tags["suite.verdict"] == "PASS"
+
+
+def test_audit_of_an_mlflow_run_flags_a_tampered_batch_size(matrix_run, tmp_path):
+    _, results, client, tmp = matrix_run
+    uri = f"sqlite:///{tmp}/mlflow.db"
+    parent_id = client.get_run(results[0]["mlflow_run_id"]).data.tags["mlflow.parentRunId"]
+    assert main(["audit", parent_id, "--tracking-uri", uri, "--no-rerun", "--output", str(tmp_path / "a")]) == 0
+
+    tampered = tmp_path / "tampered"
+    shutil.copytree(tmp / "out", tampered)
+    records = json.loads((tampered / "results.json").read_text())
+    records[0]["config"]["batch_size"] = 16  # logged 16, but the manifest says 8 were used
+    (tampered / "results.json").write_text(json.dumps(records))
+    assert main(["audit", str(tampered), "--tracking-uri", uri, "--no-rerun", "--output", str(tmp_path / "b")]) == 1
+    report = json.loads((tmp_path / "b" / "audit.json").read_text())
+    failed = [(c["name"], c["detail"]) for c in report["checks"] if c["verdict"] == "FAIL"]
+    assert failed == [("batch_size", "logged 16 but used 8")]
