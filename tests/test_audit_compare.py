@@ -62,3 +62,48 @@ def test_measured_ratios_line_up_with_published_ones():
 def test_unknown_reference_lists_the_available_ones():
     with pytest.raises(SuiteError, match="unknown reference 'nope'; available: .*bridgetower_hf_blog_2023"):
         load_reference("nope")
+
+
+def _result(losses, throughput=100.0, device_name="cpu-x", status="FINISHED"):
+    from suite.results import RunResult
+
+    config = dict(workload="w", preset="p", device="cpu", num_workers=0, loader="cpu", precision="fp32", steps=2,
+                  warmup_steps=0, seed=1, batch_size=8, dataset=None, weights=None)
+    return RunResult(config=config, status=status, reason=None if status == "FINISHED" else "boom", losses=losses,
+                     metrics={"throughput_samples_per_s": throughput}, facts={"device": {"device_name": device_name}})
+
+
+MANIFEST = {"device": {"device_name": "cpu-x"}, "dataset_fingerprint": {"sha256": "d"},
+            "initial_weights_sha256": "w", "tokenizer_sha256": "t"}
+
+
+def _verdicts(checks):
+    return {c.name: c.verdict for c in checks}
+
+
+def test_rerun_comparison_rules():
+    from suite.audit import compare_rerun
+
+    same = compare_rerun(_result([1.0, 0.5]), MANIFEST, _result([1.0, 0.5], 105.0), MANIFEST, 0.1, 1e-2)
+    assert _verdicts(same) == {"rerun": PASS, "inputs": PASS, "loss_digest": PASS, "throughput": PASS}
+    drifted = compare_rerun(_result([1.0, 0.5]), MANIFEST, _result([1.0, 0.5000001], 50.0), MANIFEST, 0.1, 1e-2)
+    assert _verdicts(drifted)["loss_digest"] == FAIL  # same device kind: bit-identical or nothing
+    assert _verdicts(drifted)["throughput"] == FAIL  # -50 % is outside a 10 % band
+    other = compare_rerun(_result([1.0, 0.5]), MANIFEST, _result([1.0, 0.5001], device_name="gpu-y"), MANIFEST,
+                          0.1, 1e-2)
+    assert _verdicts(other)["loss_digest"] == PASS and "tolerance 0.01" in other[2].detail
+    changed_inputs = compare_rerun(_result([1.0]), MANIFEST, _result([1.0]), {**MANIFEST, "tokenizer_sha256": "u"},
+                                   0.1, 1e-2)
+    assert _verdicts(changed_inputs)["inputs"] == FAIL
+    failed = compare_rerun(_result([1.0]), MANIFEST, _result([], status="FAILED"), MANIFEST, 0.1, 1e-2)
+    assert _verdicts(failed) == {"rerun": FAIL}
+
+
+def test_noise_band_uses_recorded_spread_and_drift_is_a_warning():
+    from suite.audit import WARN, environment_check, noise_band_for
+
+    scores = [{"config_id": "c", "throughput_cv": 0.08}]
+    assert noise_band_for("c", scores, 0.1) == pytest.approx(0.24)
+    assert noise_band_for("other", scores, 0.1) == 0.1
+    check = environment_check([{"packages": {"torch": "0.0.1"}}])
+    assert check.verdict == WARN and "torch 0.0.1 ->" in check.detail
