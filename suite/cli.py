@@ -222,7 +222,12 @@ def print_results_table(results: Sequence[RunResult]) -> None:
     table = Table(title="results")
     for column in ("configuration", "status", "samples/s", "p50 ms", "p99 ms", "data-wait", "device peak MiB",
                    "host PSS MiB", "host RSS MiB"):
-        table.add_column(column, justify="left" if column in ("configuration", "status") else "right")
+        if column == "configuration":
+            table.add_column(column, no_wrap=True)
+        elif column == "status":
+            table.add_column(column, overflow="fold", max_width=60)
+        else:
+            table.add_column(column, justify="right")
     for result in results:
         m = result.metrics
         config_id = RunConfig.from_dict(result.config).config_id + (f" #{result.repeat}" if result.repeat else "")

@@ -32,7 +32,12 @@ def _no_emit(**_: Any) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or repr(exc)
+    """A one-line reason; for an error re-raised from a DataLoader worker, the worker's original error."""
+    message = str(exc)
+    if "Original Traceback" in message:
+        last = [line.strip() for line in message.splitlines() if line.strip()][-1]
+        return f"in a loader worker: {last}"
+    text = " ".join(message.split()) or repr(exc)
     return text if isinstance(exc, SuiteError) else f"{type(exc).__name__}: {text}"
 
 

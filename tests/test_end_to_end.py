@@ -222,3 +222,22 @@ def test_audit_of_an_mlflow_run_flags_a_tampered_batch_size(matrix_run, tmp_path
     report = json.loads((tmp_path / "b" / "audit.json").read_text())
     failed = [(c["name"], c["detail"]) for c in report["checks"] if c["verdict"] == "FAIL"]
     assert failed == [("batch_size", "logged 16 but used 8")]
+
+
+def test_a_corrupt_image_fails_the_configuration_naming_the_file(tmp_path):
+    from workloads.bridgetower.data.synthetic import ensure_synthetic
+
+    source = ensure_synthetic(samples=16, seed=5, root=tmp_path / "cache")
+    dataset = tmp_path / "data"
+    shutil.copytree(source, dataset)
+    victim = dataset / "00003.jpg"
+    victim.write_bytes(victim.read_bytes()[:1500])  # truncated JPEG
+    code = main(["run", "--dataset", str(dataset), "--workers", "0,1", "--steps", "2", "--warmup-steps", "0",
+                 "--batch-size", "16", "--output", str(tmp_path / "out"),
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"])
+    assert code == 1
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [r["status"] for r in results] == ["FAILED", "FAILED"]
+    for r in results:  # in the main process and in a loader worker alike: one line naming the file
+        assert f"cannot decode image {victim}" in r["reason"] and "\n" not in r["reason"]
+    assert results[1]["reason"].startswith("in a loader worker: ")
