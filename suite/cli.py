@@ -99,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dataset", default=None,
                      help="'synthetic' (default, generated locally), 'newyorker' (the published dataset from the "
                           "hub, pinned revision) or an imagefolder path (images + metadata.jsonl)")
+    run.add_argument("--skip-bad-samples", action="store_true",
+                     help="leave out samples whose image cannot be decoded (found by decoding every image once) "
+                          "and record their count (metric skipped_samples) and names; default: a bad sample "
+                          "fails the configuration, naming the file")
     run.add_argument("--weights", default=None,
                      help="pretrained checkpoint (local path or hub id); default: random init of the preset")
     run.add_argument("--output", type=Path, default=None,
@@ -272,7 +276,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     spec = MatrixSpec(workload=args.workload, preset=preset, devices=args.devices, workers=args.workers,
                       loaders=args.loaders, precisions=args.precisions, steps=args.steps,
                       warmup_steps=args.warmup_steps, seed=args.seed, batch_size=args.batch_size,
-                      dataset=args.dataset, weights=args.weights)
+                      dataset=args.dataset, weights=args.weights, skip_bad_samples=args.skip_bad_samples)
     workload_cls, configs = resolve(spec)
     prepared = workload_cls.prepare(configs[0])
 

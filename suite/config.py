@@ -62,6 +62,7 @@ class RunConfig:
     batch_size: int | None = None
     dataset: str | None = None
     weights: str | None = None
+    skip_bad_samples: bool = False
 
     def __post_init__(self) -> None:
         _require_name("workload", self.workload)
@@ -79,6 +80,8 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None:
                 _require_name(name, value)
+        if not isinstance(self.skip_bad_samples, bool):
+            raise ConfigError(f"skip_bad_samples must be true or false, got {self.skip_bad_samples!r}")
 
     @property
     def config_id(self) -> str:
@@ -123,6 +126,7 @@ class MatrixSpec:
     batch_size: int | None = None
     dataset: str | None = None
     weights: str | None = None
+    skip_bad_samples: bool = False
     axes: tuple[str, ...] = field(default=("devices", "workers", "loaders", "precisions"), init=False)
 
     def __post_init__(self) -> None:
@@ -149,6 +153,7 @@ class MatrixSpec:
                 batch_size=self.batch_size,
                 dataset=self.dataset,
                 weights=self.weights,
+                skip_bad_samples=self.skip_bad_samples,
             )
             for device, loader, precision, workers in itertools.product(
                 self.devices, self.loaders, self.precisions, self.workers

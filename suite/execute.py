@@ -79,6 +79,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         mlperf.end("init_stop")
         mlperf.start("run_start")
         _train(config, adapter, workload, result, emit_event, mlperf)
+        result.metrics.update(workload.metrics())
         mlperf.end("run_stop", metadata={"status": "success"})
         result.status = FINISHED
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, none lost

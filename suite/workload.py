@@ -65,6 +65,10 @@ class Workload(ABC):
     def count_samples(self, batch: Any) -> int:
         """Number of samples in ``batch``; the runner checks it equals the recorded batch size."""
 
+    def metrics(self) -> dict[str, float]:
+        """Workload-specific metrics recorded with the run's (e.g. how many bad samples were skipped)."""
+        return {}
+
     def mlperf_hyperparameters(self) -> dict[str, Any]:
         """MLPerf log keys of this recipe (``opt_name``, ``opt_base_learning_rate``, ``train_samples``...)."""
         return {}

@@ -134,3 +134,48 @@ def test_loader_order_is_seeded_and_independent_of_workers(tmp_path):
     assert sorted(sum(orders[0], [])) == list(range(16))
     with pytest.raises(DatasetError, match="fewer than one batch"):
         make_loader(dataset, batch_size=32, num_workers=0, seed=1)
+
+
+def _mixed_folder(tmp_path):
+    """Images in every mode real datasets have, plus unusable files."""
+    rows = []
+    for i, mode in enumerate(("RGB", "L", "P", "RGBA", "CMYK", "LA")):
+        name = f"{i}.{'jpg' if mode in ('RGB', 'L', 'CMYK') else 'png'}"
+        Image.new(mode, (50 + i, 40)).save(tmp_path / name)
+        rows.append({"file_name": name, "image_description": mode})
+    (tmp_path / "not-an-image.jpg").write_text("hello")
+    (tmp_path / "truncated.jpg").write_bytes((tmp_path / "0.jpg").read_bytes()[:200])
+    rows += [{"file_name": "not-an-image.jpg", "image_description": "text"},
+             {"file_name": "truncated.jpg", "image_description": "cut"},
+             {"file_name": "missing.jpg", "image_description": "gone"}]
+    (tmp_path / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp_path
+
+
+def test_every_image_mode_becomes_rgb_and_bad_files_are_named(tmp_path):
+    source = ImageFolderSource(_mixed_folder(tmp_path))
+    ids = torch.zeros(len(source), 4, dtype=torch.long)
+    items = CaptionedImages(source, ids, ids, "cpu", 32)
+    for index in range(6):
+        assert items[index]["pixel_values"].shape == (3, 32, 32)
+    for index, name in [(6, "not-an-image.jpg"), (7, "truncated.jpg"), (8, "missing.jpg")]:
+        with pytest.raises(DatasetError, match=rf"cannot (decode|read) image .*{name}"):
+            items[index]
+
+
+def test_skip_bad_samples_leaves_them_out_and_records_them(tmp_path):
+    folder = _mixed_folder(tmp_path)
+    source = open_source(str(folder), skip_bad_samples=True)
+    assert len(source) == 6 and source.captions() == ["RGB", "L", "P", "RGBA", "CMYK", "LA"]
+    described = source.describe()
+    assert described["skipped_samples"] == 3
+    assert sorted(s["sample"].rsplit("/", 1)[1] for s in described["skipped"]) == [
+        "missing.jpg", "not-an-image.jpg", "truncated.jpg"]
+    assert source.fingerprint()["num_usable"] == 6
+
+
+def test_a_dataset_with_no_usable_sample_is_an_error(tmp_path):
+    (tmp_path / "a.jpg").write_text("not an image")
+    (tmp_path / "metadata.jsonl").write_text(json.dumps({"file_name": "a.jpg", "image_description": "x"}) + "\n")
+    with pytest.raises(DatasetError, match="no usable samples: all 1 failed to decode"):
+        open_source(str(tmp_path), skip_bad_samples=True)

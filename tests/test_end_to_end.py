@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -241,3 +242,24 @@ def test_a_corrupt_image_fails_the_configuration_naming_the_file(tmp_path):
     for r in results:  # in the main process and in a loader worker alike: one line naming the file
         assert f"cannot decode image {victim}" in r["reason"] and "\n" not in r["reason"]
     assert results[1]["reason"].startswith("in a loader worker: ")
+
+
+def test_skip_bad_samples_runs_and_records_the_count(tmp_path, capsys):
+    from workloads.bridgetower.data.synthetic import ensure_synthetic
+
+    dataset = tmp_path / "data"
+    shutil.copytree(ensure_synthetic(samples=16, seed=5, root=tmp_path / "cache"), dataset)
+    (dataset / "00003.jpg").write_bytes(b"not a jpeg")
+    common = ["--dataset", str(dataset), "--skip-bad-samples", "--workers", "0", "--steps", "2",
+              "--warmup-steps", "0", "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"]
+    # 15 usable samples cannot fill a batch of 16: a one-line error before anything runs
+    assert main(["run", *common, "--batch-size", "16", "--output", str(tmp_path / "no")]) == 2
+    assert "15 usable samples, fewer than one batch of 16" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
+    assert main(["run", *common, "--output", str(tmp_path / "out")]) == 0
+    [result] = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert result["status"] == "FINISHED" and result["metrics"]["skipped_samples"] == 1
+    manifest = json.loads(Path(result["facts"]["manifest"]).read_text())
+    assert manifest["dataset"]["skipped_samples"] == 1
+    assert manifest["dataset"]["skipped"][0]["sample"].endswith("00003.jpg")
+    assert manifest["config"]["skip_bad_samples"] is True

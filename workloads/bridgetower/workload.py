@@ -56,7 +56,10 @@ class BridgeTowerWorkload(Workload):
     @classmethod
     def prepare(cls, config: RunConfig) -> dict[str, Any]:
         """Open the dataset once in the parent (generating the synthetic set if needed)."""
-        source = open_source(config.dataset)
+        source = open_source(config.dataset, config.skip_bad_samples)
+        if len(source) < config.batch_size:
+            raise SuiteError(
+                f"the dataset has {len(source)} usable samples, fewer than one batch of {config.batch_size}")
         if config.weights and not Path(config.weights).exists() and config.weights.startswith((".", "/", "~")):
             raise SuiteError(f"weights path does not exist: {config.weights}")
         return {"dataset": source.describe()}
@@ -66,10 +69,12 @@ class BridgeTowerWorkload(Workload):
         self.preset = PRESETS[config.preset]
         self._facts: dict[str, Any] = {}
         self._loader: Any = None
+        self._skipped = 0
 
     def setup(self) -> None:
         preset, config = self.preset, self.config
-        source: ImageCaptionSource = open_source(config.dataset)
+        source: ImageCaptionSource = open_source(config.dataset, config.skip_bad_samples)
+        self._skipped = source.describe().get("skipped_samples", 0)
         if preset.tokenizer == "local-byte-level":
             tokenizer = build_byte_level_tokenizer()
         else:
@@ -145,6 +150,9 @@ class BridgeTowerWorkload(Workload):
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return outputs.loss.detach()
+
+    def metrics(self) -> dict[str, float]:
+        return {"skipped_samples": float(self._skipped)} if self.config.skip_bad_samples else {}
 
     def mlperf_hyperparameters(self) -> dict[str, Any]:
         preset = self.preset

@@ -45,6 +45,10 @@ class ImageCaptionSource(ABC):
         """The encoded image of sample ``index``; raises :class:`DatasetError` naming the sample."""
 
     @abstractmethod
+    def name_of(self, index: int) -> str:
+        """How error messages name sample ``index`` (its file path, or dataset[split][index])."""
+
+    @abstractmethod
     def describe(self) -> dict[str, Any]:
         """Facts recorded with the run: kind, location, revision, sample count."""
 
@@ -119,7 +123,10 @@ class ImageFolderSource(ImageCaptionSource):
         """sha256 over every sample's (file name, sha256 of the file, caption), in index order."""
         digest = hashlib.sha256()
         for index, entry in enumerate(self._entries):
-            file_hash = hashlib.sha256(self.read_bytes(index)).hexdigest()
+            try:
+                file_hash = hashlib.sha256(self.read_bytes(index)).hexdigest()
+            except DatasetError:
+                file_hash = "unreadable"  # fails the run when loaded, or is skipped with --skip-bad-samples
             name = entry.path.relative_to(self.metadata_path.parent).as_posix()
             digest.update(f"{name}\t{file_hash}\t{entry.caption}\n".encode())
         return {"method": "sha256(file_name, sha256(file), caption per sample)", "sha256": digest.hexdigest(),
@@ -179,8 +186,19 @@ class HubSource(ImageCaptionSource):
                 "split": self.split, "caption_column": self.caption_column, "num_samples": len(self)}
 
 
-def open_source(spec: str | None, synthetic_samples: int = DEFAULT_SAMPLES) -> ImageCaptionSource:
-    """The source named by ``--dataset`` (see the module docstring)."""
+def open_source(spec: str | None, skip_bad_samples: bool = False,
+                synthetic_samples: int = DEFAULT_SAMPLES) -> ImageCaptionSource:
+    """The source named by ``--dataset`` (see the module docstring); with ``skip_bad_samples``, without
+    the samples that fail to decode (see :mod:`.validation`)."""
+    source = _open(spec, synthetic_samples)
+    if not skip_bad_samples:
+        return source
+    from workloads.bridgetower.data.validation import UsableSamples, scan
+
+    return UsableSamples(source, scan(source))
+
+
+def _open(spec: str | None, synthetic_samples: int) -> ImageCaptionSource:
     if spec in (None, "synthetic"):
         return ImageFolderSource(ensure_synthetic(synthetic_samples, DEFAULT_SEED), kind="synthetic")
     if spec == "newyorker":

@@ -1,0 +1,82 @@
+"""Finding unusable samples up front, for ``--skip-bad-samples``.
+
+Every image is decoded once; the indices that fail (corrupt, truncated, not an image, missing) are
+left out of the dataset for every configuration alike, and their names and reasons are recorded. The
+scan is cached by the dataset's fingerprint, so the runner's check before the matrix and each run's
+set-up do the work once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from suite.errors import DatasetError
+from suite.fileio import write_json_atomic
+from suite.imaging import decode_to_rgb_tensor
+
+from workloads.bridgetower.data.sources import ImageCaptionSource
+from workloads.bridgetower.data.synthetic import cache_root
+
+
+@dataclass(frozen=True)
+class Scan:
+    usable: tuple[int, ...]
+    bad: tuple[tuple[str, str], ...]  # (sample name, reason)
+
+
+def _cache_key(source: ImageCaptionSource) -> str:
+    return hashlib.sha256(json.dumps(source.fingerprint(), sort_keys=True).encode()).hexdigest()
+
+
+def scan(source: ImageCaptionSource) -> Scan:
+    path = cache_root() / "bridgetower" / "scans" / f"{_cache_key(source)}.json"
+    if path.is_file():
+        data = json.loads(path.read_text())
+        return Scan(tuple(data["usable"]), tuple(tuple(b) for b in data["bad"]))
+    usable, bad = [], []
+    for index in range(len(source)):
+        try:
+            decode_to_rgb_tensor(source.read_bytes(index))
+        except Exception as exc:  # noqa: BLE001 - any unreadable sample is recorded with its reason
+            reason = " ".join(str(exc).split())
+            bad.append((source.name_of(index), reason))
+            continue
+        usable.append(index)
+    result = Scan(tuple(usable), tuple(bad))
+    write_json_atomic(path, {"usable": result.usable, "bad": result.bad, "pid": os.getpid()})
+    return result
+
+
+class UsableSamples(ImageCaptionSource):
+    """``source`` without the samples a :func:`scan` found unusable."""
+
+    def __init__(self, source: ImageCaptionSource, result: Scan) -> None:
+        if not result.usable:
+            raise DatasetError(f"no usable samples: all {len(source)} failed to decode "
+                               f"(first: {result.bad[0][0]}: {result.bad[0][1]})")
+        self.source, self.scan = source, result
+
+    def __len__(self) -> int:
+        return len(self.scan.usable)
+
+    def captions(self) -> list[str]:
+        captions = self.source.captions()
+        return [captions[i] for i in self.scan.usable]
+
+    def read_bytes(self, index: int) -> bytes:
+        return self.source.read_bytes(self.scan.usable[index])
+
+    def name_of(self, index: int) -> str:
+        return self.source.name_of(self.scan.usable[index])
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.source.describe(), "num_samples": len(self), "skipped_samples": len(self.scan.bad),
+                "skipped": [{"sample": name, "reason": reason} for name, reason in self.scan.bad]}
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {**self.source.fingerprint(), "skipped": [name for name, _ in self.scan.bad],
+                "num_usable": len(self)}
