@@ -52,6 +52,16 @@ def _choice(choices: Sequence[str]) -> Callable[[str], str]:
     return parse
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def _int_at_least(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -95,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--repeats", type=_int_at_least(1), default=1,
                      help="run each configuration N times, each in a fresh process, and score it the MLPerf way "
                           "(drop the highest and lowest throughput, mean of the rest; spread as CV) (default: 1)")
+    run.add_argument("--memory-limit", type=_positive_float, default=None, metavar="GIB",
+                     help="cap each configuration's address space (its process and loader workers) at GIB GiB; "
+                          "a configuration that needs more fails with the reason, and the matrix goes on")
     run.add_argument("--seed", type=_int_at_least(0), default=DEFAULT_SEED, help="seed of every RNG (default: 42)")
     run.add_argument("--dataset", default=None,
                      help="'synthetic' (default, generated locally), 'newyorker' (the published dataset from the "
@@ -286,9 +299,12 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     tags.update({k: str(v) for k, v in git_state().items()})
     tags.update({f"host.{k}": str(v) for k, v in host_facts().items()})
     params = {k: str(v) for k, v in vars(spec).items() if k != "axes"}
+    params["memory_limit_gib"] = str(args.memory_limit)
     params.update({f"prepared.{k}": str(v) for k, v in prepared.items()})
     info = MatrixInfo(name=f"{spec.workload}-{spec.preset}-{stamp}", workload=spec.workload,
-                      command=["suite", *argv], output_dir=output, repeats=args.repeats, tags=tags, params=params)
+                      command=["suite", *argv], output_dir=output, repeats=args.repeats,
+                      memory_limit_bytes=int(args.memory_limit * 2**30) if args.memory_limit else None,
+                      tags=tags, params=params)
     mlflow_recorder = MlflowRecorder(args.tracking_uri, args.experiment)
     json_recorder = JsonResultsRecorder(output)
     display = PlainProgress() if args.no_progress else RichProgress(len(configs) * args.repeats)

@@ -38,6 +38,8 @@ def _one_line(exc: BaseException) -> str:
         last = [line.strip() for line in message.splitlines() if line.strip()][-1]
         return f"in a loader worker: {last}"
     text = " ".join(message.split()) or repr(exc)
+    if isinstance(exc, MemoryError):
+        return f"out of memory (MemoryError{': ' + text if text != repr(exc) else ''})"
     return text if isinstance(exc, SuiteError) else f"{type(exc).__name__}: {text}"
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import resource
 import signal
 import subprocess
 import sys
@@ -32,6 +34,9 @@ from suite.scoring import ConfigScore, score_repeats
 from suite.trackers.host_ram import HostRamSampler
 
 LOG_TAIL_LINES = 20
+#: Failure messages that mean the address space ran out (allocators, mmap of shared libraries).
+_LOOKS_LIKE_OOM = re.compile(r"out of memory|MemoryError|can't allocate|cannot allocate memory|failed to map",
+                             re.IGNORECASE)
 
 
 class Progress(Protocol):
@@ -92,13 +97,21 @@ def _exit_description(returncode: int) -> str:
     return f"run process exited with status {returncode} without a result"
 
 
+def _address_space_limit(limit_bytes: int) -> Callable[[], None]:
+    def apply() -> None:  # runs in the child between fork and exec; loader workers inherit it
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+    return apply
+
+
 def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None = None,
                  command: Sequence[str] = (), repeat: int = 0, run_name: str | None = None,
-                 sample_interval_s: float = 0.05) -> RunResult:
+                 memory_limit_bytes: int | None = None, sample_interval_s: float = 0.05) -> RunResult:
     """Run one configuration in a fresh Python process and return its result.
 
     Host RAM (RSS and PSS, summed over the child and its loader workers) is sampled from this
-    process for the child's whole lifetime. The run's folder ends up holding ``config.json``,
+    process for the child's whole lifetime. ``memory_limit_bytes`` caps the address space of the
+    child and its loader workers (``RLIMIT_AS``), so one configuration cannot exhaust the machine; going
+    over it fails that configuration only. The run's folder ends up holding ``config.json``,
     ``result.json`` (complete), ``manifest.json`` (see :mod:`suite.manifest`) and ``run.log``.
     """
     progress = progress or NoProgress()
@@ -113,7 +126,8 @@ def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None 
            "--mllog", str(mllog_path)]
     started = time.time()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+        limit = _address_space_limit(memory_limit_bytes) if memory_limit_bytes else None
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, preexec_fn=limit)
         sampler = HostRamSampler(proc.pid, interval_s=sample_interval_s).start()
         try:
             assert proc.stdout is not None
@@ -146,6 +160,10 @@ def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None 
         result = RunResult(config=config.to_dict(), status=FAILED, reason=reason, started_at=started,
                            ended_at=time.time())
     result.repeat = repeat
+    if memory_limit_bytes:
+        result.facts["memory_limit_bytes"] = memory_limit_bytes
+        if result.status == FAILED and (returncode < 0 or _LOOKS_LIKE_OOM.search(result.reason or "")):
+            result.reason = f"{result.reason} (under a memory limit of {memory_limit_bytes / 2**30:.2f} GiB)"
     if ram.samples:
         result.metrics["host_ram_peak_rss_bytes"] = float(ram.peak_rss_bytes)
         if ram.peak_pss_bytes is not None:
@@ -219,7 +237,7 @@ def run_matrix(
                 run_name = config.config_id if info.repeats == 1 else f"{config.config_id}-r{repeat}"
                 try:
                     result = run_isolated(config, output_dir, progress, command=info.command, repeat=repeat,
-                                          run_name=run_name)
+                                          run_name=run_name, memory_limit_bytes=info.memory_limit_bytes)
                 except KeyboardInterrupt:
                     outcome.status = KILLED
                     killed = RunResult(config=config.to_dict(), status=KILLED, reason="interrupted by the user",

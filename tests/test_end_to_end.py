@@ -263,3 +263,16 @@ def test_skip_bad_samples_runs_and_records_the_count(tmp_path, capsys):
     assert manifest["dataset"]["skipped_samples"] == 1
     assert manifest["dataset"]["skipped"][0]["sample"].endswith("00003.jpg")
     assert manifest["config"]["skip_bad_samples"] is True
+
+
+def test_out_of_memory_fails_the_configuration_and_the_matrix_goes_on(tmp_path, test_plugins):
+    # the stand-in workload needs 3 GiB; 2 GiB of address space is enough to start and import torch
+    code = main(["run", "--workload", "memory-hog", "--workers", "0,1", "--steps", "2", "--warmup-steps", "0",
+                 "--memory-limit", "2",
+                 "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"])
+    assert code == 1
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [r["config"]["num_workers"] for r in results] == [0, 1]  # the second ran after the first failed
+    for r in results:
+        assert r["status"] == "FAILED" and "under a memory limit of 2.00 GiB" in r["reason"], r["reason"]
+        assert r["facts"]["memory_limit_bytes"] == 2 * 2**30

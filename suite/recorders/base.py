@@ -21,6 +21,7 @@ class MatrixInfo:
     command: list[str]
     output_dir: Path
     repeats: int = 1
+    memory_limit_bytes: int | None = None
     tags: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
 

@@ -16,3 +16,30 @@ class AbsentStandInAdapter(CPUAdapter):
     @classmethod
     def availability(cls) -> Availability:
         return Availability(False, "stand-in accelerator is not present on this machine")
+
+
+import torch  # noqa: E402
+
+from suite.workload import Preset, Workload  # noqa: E402
+
+
+class MemoryHogWorkload(Workload):
+    """A workload that needs a known amount of memory (3 GiB) in set-up: exercises out-of-memory handling."""
+
+    name = "memory-hog"
+    presets = {"default": Preset("default", batch_size=1, description="allocates 3 GiB in setup")}
+    default_preset = "default"
+    need_bytes = 3 * 2**30
+
+    def setup(self):
+        self.block = torch.ones(self.need_bytes // 4)  # allocated and written
+
+    def batches(self):
+        while True:
+            yield torch.zeros(1)
+
+    def train_step(self, batch):
+        return torch.tensor(0.0)
+
+    def count_samples(self, batch):
+        return 1
