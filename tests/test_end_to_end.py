@@ -276,3 +276,31 @@ def test_out_of_memory_fails_the_configuration_and_the_matrix_goes_on(tmp_path, 
     for r in results:
         assert r["status"] == "FAILED" and "under a memory limit of 2.00 GiB" in r["reason"], r["reason"]
         assert r["facts"]["memory_limit_bytes"] == 2 * 2**30
+
+
+def test_a_killed_loader_worker_fails_the_configuration_and_the_matrix_goes_on(tmp_path, test_plugins):
+    import psutil
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "suite", "run", "--device", "cpu,absent-standin", "--workers", "2",
+                             "--steps", "100000", "--output", str(out), "--tracking-uri",
+                             f"sqlite:///{tmp_path}/m.db", "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        workers = []
+        while len(workers) < 2:  # the run process and its two loader workers
+            assert time.time() < deadline and proc.poll() is None, "loader workers never started"
+            runs = [p for p in psutil.Process(proc.pid).children() if "suite.execute" in " ".join(p.cmdline())]
+            workers = runs[0].children() if runs else []
+            time.sleep(0.2)
+        time.sleep(2)
+        workers[0].kill()
+        assert proc.wait(timeout=120) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    results = json.loads((out / "results.json").read_text())
+    assert [(r["config"]["device"], r["status"]) for r in results] == [("cpu", "FAILED"), ("absent-standin", "FAILED")]
+    assert "DataLoader worker" in results[0]["reason"] and "killed" in results[0]["reason"], results[0]["reason"]
+    assert "not present" in results[1]["reason"]  # the next configuration still ran
