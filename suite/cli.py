@@ -147,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "scored (default: %(default)s)")
     audit.add_argument("--no-progress", action="store_true", help="plain log lines instead of progress bars")
 
+    upload = sub.add_parser("upload", help="record a results directory into MLflow, skipping runs already there",
+                            description="Record the runs of a results directory (results.json, scores.json, "
+                                        "run folders) into MLflow: for a matrix whose tracking server was "
+                                        "unreachable, or to copy it to another store. Runs already recorded are "
+                                        "found by their uids and not duplicated.")
+    upload.add_argument("directory", type=Path, help="results directory written by `suite run`")
+    upload.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: as `suite run`)")
+
     compare = sub.add_parser("compare", help="measured results beside published ones, as ratios",
                              description="Show published ratios (device vs device, workers N vs 0, device loader "
                                          "vs CPU loader) beside the same ratios measured in RESULTS.")
@@ -281,7 +289,7 @@ def print_scores_table(scores: Sequence[ConfigScore]) -> None:
 # --- commands ---------------------------------------------------------------------------------------
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.environment import git_state, host_facts, package_versions
-    from suite.recorders import JsonResultsRecorder, MatrixInfo, MlflowRecorder
+    from suite.recorders import JsonResultsRecorder, MatrixInfo, MlflowRecorder, default_tracking_uri
     from suite.registry import load_workload
     from suite.runner import resolve, run_matrix
 
@@ -291,6 +299,8 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                       warmup_steps=args.warmup_steps, seed=args.seed, batch_size=args.batch_size,
                       dataset=args.dataset, weights=args.weights, skip_bad_samples=args.skip_bad_samples)
     workload_cls, configs = resolve(spec)
+    tracking_uri = args.tracking_uri or default_tracking_uri()
+    check_tracking_uri(tracking_uri)
     prepared = workload_cls.prepare(configs[0])
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -304,8 +314,8 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     info = MatrixInfo(name=f"{spec.workload}-{spec.preset}-{stamp}", workload=spec.workload,
                       command=["suite", *argv], output_dir=output, repeats=args.repeats,
                       memory_limit_bytes=int(args.memory_limit * 2**30) if args.memory_limit else None,
-                      tags=tags, params=params)
-    mlflow_recorder = MlflowRecorder(args.tracking_uri, args.experiment)
+                      experiment=args.experiment, tags=tags, params=params)
+    mlflow_recorder = MlflowRecorder(tracking_uri, args.experiment)
     json_recorder = JsonResultsRecorder(output)
     display = PlainProgress() if args.no_progress else RichProgress(len(configs) * args.repeats)
     print(f"suite: {len(configs)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
@@ -316,7 +326,10 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print_scores_table(outcome.scores)
     where = {**json_recorder.describe(), **mlflow_recorder.describe()}
     print("\n".join(f"{k}: {v}" for k, v in where.items()))
-    return 0 if outcome.status == FINISHED else 1
+    for error in outcome.recorder_errors:
+        print(f"suite: error: {error}\nsuite: results.json holds every run; record them into MLflow with: "
+              f"suite upload {output} --tracking-uri {tracking_uri}", file=sys.stderr)
+    return 0 if outcome.status == FINISHED and not outcome.recorder_errors else 1
 
 
 def _cmd_list() -> int:
@@ -394,6 +407,35 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail before anything runs when an HTTP tracking server does not answer its health check."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as response:
+            if response.status != 200:
+                raise SuiteError(f"MLflow tracking server {uri} answered /health with HTTP {response.status}")
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise SuiteError(f"MLflow tracking server {uri} is unreachable ({reason}); start it or pass another "
+                         "--tracking-uri") from exc
+
+
+def _cmd_upload(args: argparse.Namespace) -> int:
+    from suite.recorders import default_tracking_uri
+    from suite.upload import upload
+
+    uri = args.tracking_uri or default_tracking_uri()
+    check_tracking_uri(uri)
+    report = upload(args.directory, uri)
+    print(f"recorded {report.recorded} run(s), {report.already_there} already in MLflow; "
+          f"matrix run {report.parent_run_id} at {uri}")
+    return 0
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -428,6 +470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_audit(args)
         if args.command == "compare":
             return _cmd_compare(args)
+        if args.command == "upload":
+            return _cmd_upload(args)
         return _cmd_list()
     except SuiteError as exc:
         print(f"suite: error: {exc}", file=sys.stderr)

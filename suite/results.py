@@ -119,6 +119,7 @@ class RunResult:
     started_at: float | None = None
     ended_at: float | None = None
     repeat: int = 0
+    run_uid: str | None = None
 
     @property
     def loss_digest(self) -> str:
@@ -128,6 +129,7 @@ class RunResult:
         return {
             "config": self.config,
             "repeat": self.repeat,
+            "run_uid": self.run_uid,
             "status": self.status,
             "reason": self.reason,
             "metrics": self.metrics,

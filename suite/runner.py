@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,7 +106,8 @@ def _address_space_limit(limit_bytes: int) -> Callable[[], None]:
 
 def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None = None,
                  command: Sequence[str] = (), repeat: int = 0, run_name: str | None = None,
-                 memory_limit_bytes: int | None = None, sample_interval_s: float = 0.05) -> RunResult:
+                 memory_limit_bytes: int | None = None, run_uid: str | None = None,
+                 sample_interval_s: float = 0.05) -> RunResult:
     """Run one configuration in a fresh Python process and return its result.
 
     Host RAM (RSS and PSS, summed over the child and its loader workers) is sampled from this
@@ -159,7 +161,7 @@ def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None 
         reason = _exit_description(returncode) + (f"; last log line: {last}" if last else "")
         result = RunResult(config=config.to_dict(), status=FAILED, reason=reason, started_at=started,
                            ended_at=time.time())
-    result.repeat = repeat
+    result.repeat, result.run_uid = repeat, run_uid
     if memory_limit_bytes:
         result.facts["memory_limit_bytes"] = memory_limit_bytes
         if result.status == FAILED and (returncode < 0 or _LOOKS_LIKE_OOM.search(result.reason or "")):
@@ -179,31 +181,57 @@ def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None 
     return result
 
 
-def _notify(recorders: Sequence[Recorder], call: Callable[[Recorder], None], result: RunResult | None) -> None:
-    """Call every recorder, even when one fails; then raise the first failure.
+class RecorderSet:
+    """Calls every recorder in order (MLflow before results.json, so the JSON holds the MLflow run id).
 
-    Recorders run in order (MLflow before results.json, so the JSON holds the MLflow run id); a
-    recorder that fails is noted in ``result``, so the later ones (results.json) still keep it.
+    An essential recorder's failure (results.json) propagates. Any other recorder that fails (an
+    unreachable MLflow server) is switched off for the rest of the matrix; the failure is kept in
+    :attr:`errors` and noted in the run's facts, and results.json still records every run.
     """
-    errors: list[BaseException] = []
-    for recorder in recorders:
-        try:
-            call(recorder)
-        except Exception as exc:  # noqa: BLE001 - recorded below and re-raised
-            errors.append(exc)
-            if result is not None:
-                result.facts.setdefault("recorder_errors", []).append(f"{type(recorder).__name__}: {exc}")
-    if errors:
-        raise errors[0]
+
+    def __init__(self, recorders: Sequence[Recorder]) -> None:
+        self._active = list(recorders)
+        self.errors: list[str] = []
+
+    def _call(self, stage: str, call: Callable[[Recorder], None], result: RunResult | None = None) -> None:
+        for recorder in list(self._active):
+            try:
+                call(recorder)
+            except Exception as exc:  # noqa: BLE001 - essential recorders re-raise below
+                if recorder.essential:
+                    raise
+                self._active.remove(recorder)
+                message = f"{type(recorder).__name__} failed at {stage} and is off for the rest of the matrix: " \
+                          f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"
+                self.errors.append(message)
+                if result is not None:
+                    result.facts.setdefault("recorder_errors", []).append(message)
+
+    def open(self, info: MatrixInfo) -> None:
+        self._call("open", lambda r: r.open(info))
+
+    def begin(self, config: RunConfig, repeat: int, run_uid: str) -> None:
+        self._call(f"the start of {config.config_id}", lambda r: r.begin(config, repeat, run_uid))
+
+    def end(self, result: RunResult) -> None:
+        config_id = RunConfig.from_dict(result.config).config_id
+        self._call(f"the end of {config_id}", lambda r: r.end(result), result)
+
+    def score(self, score: ConfigScore) -> None:
+        self._call(f"the score of {score.config_id}", lambda r: r.score(score))
+
+    def close(self, status: str) -> None:
+        self._call("close", lambda r: r.close(status))
 
 
 @dataclass
 class MatrixOutcome:
-    """Every run (repeats included) and one score per configuration."""
+    """Every run (repeats included), one score per configuration, and recorder failures."""
 
     results: list[RunResult]
     scores: list[ConfigScore]
     status: str
+    recorder_errors: list[str] = dataclasses.field(default_factory=list)
 
 
 def run_matrix(
@@ -223,38 +251,38 @@ def run_matrix(
         raise ConfigError("the matrix has no configuration to run")
     progress = progress or NoProgress()
     output_dir.mkdir(parents=True, exist_ok=True)
-    for recorder in recorders:
-        recorder.open(info)
-    outcome = MatrixOutcome([], [], FINISHED)
+    recorder_set = RecorderSet(recorders)
+    recorder_set.open(info)
+    outcome = MatrixOutcome([], [], FINISHED, recorder_set.errors)
     total = len(configs) * info.repeats
     try:
         for index, config in enumerate(configs):
             repeats: list[RunResult] = []
             for repeat in range(info.repeats):
-                for recorder in recorders:
-                    recorder.begin(config, repeat)
+                run_uid = uuid.uuid4().hex
+                recorder_set.begin(config, repeat, run_uid)
                 progress.config_started(config, index * info.repeats + repeat, total)
                 run_name = config.config_id if info.repeats == 1 else f"{config.config_id}-r{repeat}"
                 try:
                     result = run_isolated(config, output_dir, progress, command=info.command, repeat=repeat,
-                                          run_name=run_name, memory_limit_bytes=info.memory_limit_bytes)
+                                          run_name=run_name, memory_limit_bytes=info.memory_limit_bytes,
+                                          run_uid=run_uid)
                 except KeyboardInterrupt:
                     outcome.status = KILLED
                     killed = RunResult(config=config.to_dict(), status=KILLED, reason="interrupted by the user",
-                                       ended_at=time.time(), repeat=repeat)
+                                       ended_at=time.time(), repeat=repeat, run_uid=run_uid)
                     outcome.results.append(killed)
-                    _notify(recorders, lambda r: r.end(killed), killed)
+                    recorder_set.end(killed)
                     raise
                 repeats.append(result)
                 outcome.results.append(result)
-                _notify(recorders, lambda r: r.end(result), result)
+                recorder_set.end(result)
                 progress.config_ended(result)
             score = score_repeats(repeats)
             outcome.scores.append(score)
-            _notify(recorders, lambda r: r.score(score), None)
+            recorder_set.score(score)
     finally:
         if outcome.status == FINISHED and any(r.status != FINISHED for r in outcome.results):
             outcome.status = FAILED
-        for recorder in recorders:
-            recorder.close(outcome.status)
+        recorder_set.close(outcome.status)
     return outcome

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,17 +23,23 @@ class MatrixInfo:
     output_dir: Path
     repeats: int = 1
     memory_limit_bytes: int | None = None
+    experiment: str | None = None  # MLflow experiment; None: the workload's name
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex)  # finds this matrix again (suite upload)
     tags: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
 
 
 class Recorder(ABC):
+    #: A recorder whose failure stops the matrix (results.json). Others are switched off with a warning
+    #: (an unreachable MLflow server), and ``suite upload`` records their runs later.
+    essential: bool = True
+
     @abstractmethod
     def open(self, info: MatrixInfo) -> None:
         """Start recording a matrix."""
 
-    def begin(self, config: RunConfig, repeat: int = 0) -> None:
-        """Repeat ``repeat`` of a configuration is about to run."""
+    def begin(self, config: RunConfig, repeat: int, run_uid: str) -> None:
+        """Repeat ``repeat`` of a configuration is about to run; ``run_uid`` identifies that run."""
 
     @abstractmethod
     def end(self, result: RunResult) -> None:

@@ -25,8 +25,9 @@ class JsonResultsRecorder(Recorder):
         self._matrix: dict[str, Any] = {}
 
     def open(self, info: MatrixInfo) -> None:
-        self._matrix = {"name": info.name, "workload": info.workload, "command": info.command,
-                        "repeats": info.repeats, "tags": info.tags, "params": info.params, "status": "RUNNING"}
+        self._matrix = {"name": info.name, "uid": info.uid, "workload": info.workload, "experiment": info.experiment,
+                        "command": info.command, "repeats": info.repeats, "tags": info.tags, "params": info.params,
+                        "status": "RUNNING"}
         write_json_atomic(self.output_dir / MATRIX_FILE, self._matrix)
         write_json_atomic(self.results_path, self._runs)
 

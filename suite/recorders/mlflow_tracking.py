@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -56,9 +57,16 @@ def _flatten(prefix: str, data: dict[str, Any]) -> dict[str, str]:
 
 
 class MlflowRecorder(Recorder):
-    """Matrix -> configuration runs; with ``repeats > 1``, matrix -> configuration (the score) -> repeats."""
+    """Matrix -> configuration runs; with ``repeats > 1``, matrix -> configuration (the score) -> repeats.
 
-    def __init__(self, tracking_uri: str | None = None, experiment_name: str | None = None) -> None:
+    With ``resume=True`` (``suite upload``), runs already recorded are found by their uid tags and left
+    alone; runs that were started but never completed are completed; the rest are created.
+    """
+
+    essential = False
+
+    def __init__(self, tracking_uri: str | None = None, experiment_name: str | None = None,
+                 resume: bool = False) -> None:
         from mlflow.tracking import MlflowClient
 
         self.tracking_uri = tracking_uri or default_tracking_uri()
@@ -71,6 +79,14 @@ class MlflowRecorder(Recorder):
         self._open_runs: dict[tuple[str, int], str] = {}  # (config_id, repeat) -> run id
         self._score_runs: dict[str, str] = {}  # config_id -> run holding the score (repeats > 1)
         self._output_dir: Path | None = None
+        self._resume = resume
+        self.skipped: list[str] = []  # run uids already complete (resume mode)
+
+    def _find(self, **tags: str) -> Any:
+        """The one run of this experiment with all these tags, or None (resume mode)."""
+        query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+        found = self.client.search_runs([self.experiment_id], filter_string=query, max_results=2)
+        return found[0] if found else None
 
     def _experiment(self, name: str) -> str:
         experiment = self.client.get_experiment_by_name(name)
@@ -98,37 +114,50 @@ class MlflowRecorder(Recorder):
         return run_id
 
     def open(self, info: MatrixInfo) -> None:
-        self.experiment_id = self._experiment(self._experiment_name or info.workload)
+        self.experiment_id = self._experiment(self._experiment_name or info.experiment or info.workload)
         self._output_dir = info.output_dir
         self._repeats = info.repeats
-        self._common_tags = dict(info.tags)
+        self._common_tags = {**info.tags, "suite.matrix_uid": info.uid}
+        existing = self._find(**{"suite.matrix_uid": info.uid, "suite.role": "matrix"}) if self._resume else None
+        if existing is not None:
+            self.parent_run_id = existing.info.run_id
+            return
         self.parent_run_id = self._create_run(
             info.name, None, {"suite.role": "matrix", "suite.command": " ".join(info.command)[:5000]},
             {**info.params, "repeats": str(info.repeats)},
         )
 
-    def begin(self, config: RunConfig, repeat: int = 0) -> None:
+    def begin(self, config: RunConfig, repeat: int, run_uid: str) -> None:
         tags = {"suite.config_id": config.config_id, "suite.device": config.device, "suite.repeat": str(repeat)}
         if self._repeats == 1:
             parent, name, role = self.parent_run_id, config.config_id, "configuration"
         else:
             if config.config_id not in self._score_runs:
-                self._score_runs[config.config_id] = self._create_run(
+                existing = self._find(**{"suite.matrix_uid": self._common_tags["suite.matrix_uid"],
+                                         "suite.config_id": config.config_id,
+                                         "suite.role": "configuration"}) if self._resume else None
+                self._score_runs[config.config_id] = existing.info.run_id if existing else self._create_run(
                     config.config_id, self.parent_run_id, {**tags, "suite.role": "configuration"},
                     config.as_params())
             parent, name, role = self._score_runs[config.config_id], f"{config.config_id}-r{repeat}", "repeat"
         self._open_runs[(config.config_id, repeat)] = self._create_run(
-            name, parent, {**tags, "suite.role": role}, config.as_params())
+            name, parent, {**tags, "suite.role": role, "suite.run_uid": run_uid}, config.as_params())
 
     def end(self, result: RunResult) -> None:
         from mlflow.entities import Metric, RunTag
 
         config = RunConfig.from_dict(result.config)
         key = (config.config_id, result.repeat)
+        existing = self._find(**{"suite.run_uid": result.run_uid}) if self._resume and result.run_uid else None
+        if existing is not None and "suite.status" in existing.data.tags:  # recorded completely already
+            result.mlflow_run_id = existing.info.run_id
+            self.skipped.append(result.run_uid)
+            return
+        if existing is not None:  # started, never completed: complete it
+            self._open_runs[key] = existing.info.run_id
         if key not in self._open_runs:
-            self.begin(config, result.repeat)
+            self.begin(config, result.repeat, result.run_uid or uuid.uuid4().hex)
         run_id = self._open_runs.pop(key)
-        result.mlflow_run_id = run_id
         now_ms = int((result.ended_at or time.time()) * 1000)
         metrics = [Metric(k, float(v), now_ms, 0) for k, v in result.metrics.items()]
         start_ms = int((result.started_at or time.time()) * 1000)
@@ -146,12 +175,15 @@ class MlflowRecorder(Recorder):
         if run_dir and Path(run_dir).is_dir():  # config, result, manifest, logs of this run
             self.client.log_artifacts(run_id, run_dir)
         self.client.set_terminated(run_id, status=result.status, end_time=now_ms)
+        result.mlflow_run_id = run_id  # only once the run is complete in MLflow
 
     def score(self, score: ConfigScore) -> None:
         from mlflow.entities import Metric, RunTag
 
         run_id = self._score_runs.pop(score.config_id, None)
         if run_id is None:  # a single repeat: its run is the configuration's run
+            return
+        if self._resume and "suite.status" in self.client.get_run(run_id).data.tags:
             return
         now_ms = int(time.time() * 1000)
         metrics = [Metric("repeats", float(score.repeats), now_ms, 0)]
