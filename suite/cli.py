@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from suite.audit import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
 from suite.config import DEFAULT_SEED, DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, LOADERS, PRECISIONS, MatrixSpec, RunConfig
-from suite.errors import SuiteError
+from suite.errors import ConfigError, SuiteError
 from suite.results import FINISHED, RunResult
 from suite.scoring import ConfigScore
 
@@ -74,7 +74,9 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(suppress_run_defaults: bool = False) -> argparse.ArgumentParser:
+    """The CLI parser; ``suppress_run_defaults`` leaves out `suite run` options not given (for merging
+    them over a config file)."""
     parser = argparse.ArgumentParser(prog="suite", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -83,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a benchmark matrix and record it in MLflow and results.json",
                          description="Run every configuration of the matrix device x workers x loader x precision, "
                                      "each in a fresh process, and record it in MLflow and results.json.")
+    run.add_argument("--config", type=Path, default=None, metavar="FILE",
+                     help="JSON or TOML file with matrix fields (workload, preset, devices, workers, loaders, "
+                          "precisions, steps, warmup_steps, seed, batch_size, dataset, weights, skip_bad_samples) "
+                          "and repeats, memory_limit, experiment; options given on the command line win")
     run.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload plugin name (default: %(default)s)")
     run.add_argument("--preset", default=None,
                      help="workload preset, e.g. tiny (default, random init) or large (the published recipe)")
@@ -125,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--experiment", default=None, help="MLflow experiment name (default: the workload name)")
     run.add_argument("--no-progress", action="store_true", help="plain log lines instead of progress bars")
 
+    if suppress_run_defaults:
+        for action in run._actions:  # noqa: SLF001 - argparse exposes no public accessor
+            action.default = argparse.SUPPRESS
     sub.add_parser("list", help="list workloads with their presets, and device adapters with availability")
 
     audit = sub.add_parser(
@@ -287,17 +296,68 @@ def print_scores_table(scores: Sequence[ConfigScore]) -> None:
 
 
 # --- commands ---------------------------------------------------------------------------------------
+#: `suite run` options a config file may set besides the matrix fields (MatrixSpec).
+FILE_RUN_OPTIONS = {"repeats": int, "memory_limit": (int, float), "experiment": str}
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """A config file's fields; unknown fields and wrongly typed run options are errors naming them."""
+    import dataclasses
+    import json
+
+    if not path.is_file():
+        raise ConfigError(f"config file does not exist: {path}")
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(path.read_text())
+        else:
+            data = json.loads(path.read_text())
+    except (ValueError, ImportError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table/object of fields")
+    spec_fields = {f.name for f in dataclasses.fields(MatrixSpec) if f.init}
+    unknown = sorted(set(data) - spec_fields - set(FILE_RUN_OPTIONS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)}; valid fields: "
+                          f"{', '.join(sorted(spec_fields | set(FILE_RUN_OPTIONS)))}")
+    for name, kind in FILE_RUN_OPTIONS.items():
+        if name in data and (isinstance(data[name], bool) or not isinstance(data[name], kind)):
+            raise ConfigError(f"{path}: {name} must be a {getattr(kind, '__name__', 'number')}, got {data[name]!r}")
+    if data.get("repeats", 1) < 1:
+        raise ConfigError(f"{path}: repeats must be >= 1, got {data['repeats']}")
+    if "memory_limit" in data and not data["memory_limit"] > 0:
+        raise ConfigError(f"{path}: memory_limit must be > 0 (GiB), got {data['memory_limit']}")
+    return data
+
+
+def _merge_config_file(args: argparse.Namespace, argv: Sequence[str]) -> argparse.Namespace:
+    """Command-line options over the config file's fields over the defaults."""
+    if args.config is None:
+        return args
+    given = vars(build_parser(suppress_run_defaults=True).parse_args(argv))
+    merged = vars(args).copy()
+    for name, value in load_config_file(args.config).items():
+        if name not in given:
+            merged[name] = value
+    return argparse.Namespace(**merged)
+
+
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.environment import git_state, host_facts, package_versions
     from suite.recorders import JsonResultsRecorder, MatrixInfo, MlflowRecorder, default_tracking_uri
     from suite.registry import load_workload
     from suite.runner import resolve, run_matrix
 
+    args = _merge_config_file(args, argv)
     preset = args.preset or load_workload(args.workload).default_preset
-    spec = MatrixSpec(workload=args.workload, preset=preset, devices=args.devices, workers=args.workers,
-                      loaders=args.loaders, precisions=args.precisions, steps=args.steps,
-                      warmup_steps=args.warmup_steps, seed=args.seed, batch_size=args.batch_size,
-                      dataset=args.dataset, weights=args.weights, skip_bad_samples=args.skip_bad_samples)
+    spec = MatrixSpec.from_dict(dict(
+        workload=args.workload, preset=preset, devices=args.devices, workers=args.workers,
+        loaders=args.loaders, precisions=args.precisions, steps=args.steps,
+        warmup_steps=args.warmup_steps, seed=args.seed, batch_size=args.batch_size, dataset=args.dataset,
+        weights=args.weights, skip_bad_samples=args.skip_bad_samples))
     workload_cls, configs = resolve(spec)
     tracking_uri = args.tracking_uri or default_tracking_uri()
     check_tracking_uri(tracking_uri)

@@ -130,12 +130,37 @@ class MatrixSpec:
     axes: tuple[str, ...] = field(default=("devices", "workers", "loaders", "precisions"), init=False)
 
     def __post_init__(self) -> None:
+        for name in ("steps", "warmup_steps", "seed"):
+            _require_int(name, getattr(self, name), {"steps": 1}.get(name, 0))
+        if self.batch_size is not None:
+            _require_int("batch_size", self.batch_size, 1)
         for axis in self.axes:
             values = getattr(self, axis)
             if not values:
                 raise ConfigError(f"{axis} must list at least one value")
             if len(set(values)) != len(values):
                 raise ConfigError(f"{axis} lists a value twice: {list(values)}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "MatrixSpec":
+        """Build from a mapping (e.g. a config file), rejecting unknown keys and wrongly typed axes by name."""
+        known = {f.name for f in fields(cls) if f.init}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(known))}")
+        values = dict(data)
+        axis_types = {"devices": str, "workers": int, "loaders": str, "precisions": str}
+        for axis, item_type in axis_types.items():
+            if axis in values:
+                items = values[axis]
+                if not isinstance(items, (list, tuple)) or not all(
+                        isinstance(i, item_type) and not isinstance(i, bool) for i in items):
+                    raise ConfigError(f"{axis} must be a list of {item_type.__name__}s, got {items!r}")
+                values[axis] = tuple(items)
+        for name in ("workload", "preset"):
+            if name in values:
+                _require_name(name, values[name])
+        return cls(**values)
 
     def expand(self) -> list[RunConfig]:
         """All configurations, device-major, in a stable order. Each is validated."""

@@ -49,3 +49,53 @@ def test_list_shows_presets_and_devices(capsys):
     out = capsys.readouterr().out
     assert "bridgetower/tiny (default): batch 8" in out and "bridgetower/large: batch 48" in out
     assert "cpu: available" in out
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name,text,message", [
+    ("m.json", '{"workers": [0, 1], "num_wrokers": 2}', "unknown field(s) num_wrokers; valid fields: "),
+    ("m.json", '{"workers": "0,1"}', "workers must be a list of ints, got '0,1'"),
+    ("m.json", '{"workers": [0, -1]}', "num_workers must be >= 0, got -1"),
+    ("m.json", '{"steps": 0}', "steps must be >= 1, got 0"),
+    ("m.json", '{"batch_size": -8}', "batch_size must be >= 1, got -8"),
+    ("m.json", '{"repeats": 0}', "repeats must be >= 1, got 0"),
+    ("m.toml", 'precisions = ["fp8"]', "precision must be one of fp32, bf16; got 'fp8'"),
+    ("m.json", '{"workers": [0,', "cannot read config file"),
+])
+def test_config_file_errors_name_the_field(tmp_path, capsys, name, text, message):
+    path = _write(tmp_path, name, text)
+    assert main(["run", "--config", str(path), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_command_line_options_win_over_the_config_file(tmp_path):
+    from suite.cli import _merge_config_file
+
+    path = _write(tmp_path, "m.toml", 'workers = [0, 4]\nsteps = 7\nrepeats = 2\nseed = 3\n')
+    argv = ["run", "--config", str(path), "--steps", "9"]
+    args = _merge_config_file(build_parser().parse_args(argv), argv)
+    assert (args.workers, args.steps, args.repeats, args.seed, args.loaders) == ([0, 4], 9, 2, 3, ("cpu",))
+
+
+@pytest.mark.parametrize("rows,message", [
+    ([], "lists no samples"),
+    ([{"file_name": "a.jpg", "caption": "x"}], "no column 'image_description'; columns present: caption, file_name"),
+])
+def test_unusable_datasets_fail_before_any_configuration(tmp_path, capsys, rows, message):
+    import json
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["run", "--dataset", str(data), "--output", str(tmp_path / "out"),
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "out").exists()
