@@ -318,7 +318,7 @@ def load_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read config file {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table/object of fields")
-    spec_fields = {f.name for f in dataclasses.fields(MatrixSpec) if f.init}
+    spec_fields = {f.name for f in dataclasses.fields(MatrixSpec)}
     unknown = sorted(set(data) - spec_fields - set(FILE_RUN_OPTIONS))
     if unknown:
         raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)}; valid fields: "
@@ -368,7 +368,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     tags = {f"version.{k}": v for k, v in package_versions().items()}
     tags.update({k: str(v) for k, v in git_state().items()})
     tags.update({f"host.{k}": str(v) for k, v in host_facts().items()})
-    params = {k: str(v) for k, v in vars(spec).items() if k != "axes"}
+    params = {k: str(v) for k, v in vars(spec).items()}
     params["memory_limit_gib"] = str(args.memory_limit)
     params.update({f"prepared.{k}": str(v) for k, v in prepared.items()})
     info = MatrixInfo(name=f"{spec.workload}-{spec.preset}-{stamp}", workload=spec.workload,

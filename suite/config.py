@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Mapping
 
 from suite.errors import ConfigError
 
@@ -42,20 +42,12 @@ def _require_name(name: str, value: Any) -> None:
         raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    """One benchmark configuration, exactly as it is run and recorded.
-
-    ``batch_size`` is the per-device batch size actually used; :func:`suite.runner.resolve` fills it
-    from the workload preset when the user gave none, so that the recorded value is the used one.
-    """
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """What every configuration of a matrix shares besides its axes; validated on construction."""
 
     workload: str
     preset: str
-    device: str
-    num_workers: int
-    loader: str
-    precision: str
     steps: int = DEFAULT_STEPS
     warmup_steps: int = DEFAULT_WARMUP_STEPS
     seed: int = DEFAULT_SEED
@@ -67,10 +59,6 @@ class RunConfig:
     def __post_init__(self) -> None:
         _require_name("workload", self.workload)
         _require_name("preset", self.preset)
-        _require_name("device", self.device)
-        _require_int("num_workers", self.num_workers, 0)
-        _require_choice("loader", self.loader, LOADERS)
-        _require_choice("precision", self.precision, PRECISIONS)
         _require_int("steps", self.steps, 1)
         _require_int("warmup_steps", self.warmup_steps, 0)
         _require_int("seed", self.seed, 0)
@@ -82,6 +70,31 @@ class RunConfig:
                 _require_name(name, value)
         if not isinstance(self.skip_bad_samples, bool):
             raise ConfigError(f"skip_bad_samples must be true or false, got {self.skip_bad_samples!r}")
+
+    def settings(self) -> dict[str, Any]:
+        """The shared fields, by name."""
+        return {f.name: getattr(self, f.name) for f in fields(RunSettings)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig(RunSettings):
+    """One benchmark configuration, exactly as it is run and recorded.
+
+    ``batch_size`` is the per-device batch size actually used; :func:`suite.runner.resolve` fills it
+    from the workload preset when the user gave none, so that the recorded value is the used one.
+    """
+
+    device: str
+    num_workers: int
+    loader: str
+    precision: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require_name("device", self.device)
+        _require_int("num_workers", self.num_workers, 0)
+        _require_choice("loader", self.loader, LOADERS)
+        _require_choice("precision", self.precision, PRECISIONS)
 
     @property
     def config_id(self) -> str:
@@ -110,30 +123,18 @@ class RunConfig:
         return {k: ("default" if v is None else str(v)) for k, v in self.to_dict().items()}
 
 
-@dataclass(frozen=True)
-class MatrixSpec:
+@dataclass(frozen=True, kw_only=True)
+class MatrixSpec(RunSettings):
     """The axes of a benchmark matrix; :meth:`expand` gives one :class:`RunConfig` per point."""
 
-    workload: str
-    preset: str
     devices: tuple[str, ...] = ("cpu",)
     workers: tuple[int, ...] = (0, 1, 2)
     loaders: tuple[str, ...] = ("cpu",)
     precisions: tuple[str, ...] = ("fp32",)
-    steps: int = DEFAULT_STEPS
-    warmup_steps: int = DEFAULT_WARMUP_STEPS
-    seed: int = DEFAULT_SEED
-    batch_size: int | None = None
-    dataset: str | None = None
-    weights: str | None = None
-    skip_bad_samples: bool = False
-    axes: tuple[str, ...] = field(default=("devices", "workers", "loaders", "precisions"), init=False)
+    axes: ClassVar[tuple[str, ...]] = ("devices", "workers", "loaders", "precisions")
 
     def __post_init__(self) -> None:
-        for name in ("steps", "warmup_steps", "seed"):
-            _require_int(name, getattr(self, name), {"steps": 1}.get(name, 0))
-        if self.batch_size is not None:
-            _require_int("batch_size", self.batch_size, 1)
+        super().__post_init__()
         for axis in self.axes:
             values = getattr(self, axis)
             if not values:
@@ -144,7 +145,7 @@ class MatrixSpec:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "MatrixSpec":
         """Build from a mapping (e.g. a config file), rejecting unknown keys and wrongly typed axes by name."""
-        known = {f.name for f in fields(cls) if f.init}
+        known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(known))}")
@@ -157,29 +158,12 @@ class MatrixSpec:
                         isinstance(i, item_type) and not isinstance(i, bool) for i in items):
                     raise ConfigError(f"{axis} must be a list of {item_type.__name__}s, got {items!r}")
                 values[axis] = tuple(items)
-        for name in ("workload", "preset"):
-            if name in values:
-                _require_name(name, values[name])
         return cls(**values)
 
     def expand(self) -> list[RunConfig]:
         """All configurations, device-major, in a stable order. Each is validated."""
         return [
-            RunConfig(
-                workload=self.workload,
-                preset=self.preset,
-                device=device,
-                num_workers=workers,
-                loader=loader,
-                precision=precision,
-                steps=self.steps,
-                warmup_steps=self.warmup_steps,
-                seed=self.seed,
-                batch_size=self.batch_size,
-                dataset=self.dataset,
-                weights=self.weights,
-                skip_bad_samples=self.skip_bad_samples,
-            )
+            RunConfig(device=device, num_workers=workers, loader=loader, precision=precision, **self.settings())
             for device, loader, precision, workers in itertools.product(
                 self.devices, self.loaders, self.precisions, self.workers
             )
