@@ -89,6 +89,9 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         result.reason = _one_line(exc)
         traceback.print_exc(file=sys.stderr)
         mlperf.abort()
+    except BaseException:  # interrupted: close the MLPerf log's intervals, then let it propagate
+        mlperf.abort()
+        raise
     finally:
         mlperf.close()
         for closer in (workload, adapter):
