@@ -207,31 +207,31 @@ def load_mlflow_run(run_id: str, tracking_uri: str) -> Recorded:
         run = client.get_run(run_id)
     except MlflowException as exc:
         raise SuiteError(f"no MLflow run {run_id!r} at {tracking_uri}: {exc.message.splitlines()[0]}") from exc
-    workdir = Path(tempfile.mkdtemp(prefix="suite-audit-"))
+    with tempfile.TemporaryDirectory(prefix="suite-audit-") as workdir:  # everything is read into memory
 
-    def fetch(rid: str, name: str) -> Path | None:
-        try:
-            return Path(client.download_artifacts(rid, name, str(workdir / rid)))
-        except (MlflowException, OSError):
-            return None
+        def fetch(rid: str, name: str) -> Path | None:
+            try:
+                return Path(client.download_artifacts(rid, name, str(Path(workdir) / rid)))
+            except (MlflowException, OSError):
+                return None
 
-    if run.data.tags.get("suite.role") == "matrix":
-        results_path = fetch(run_id, "results.json")
-        if results_path is None:
-            raise SuiteError(f"MLflow run {run_id} has no results.json artifact")
-        results = [RunResult.from_dict(r) for r in json.loads(results_path.read_text())]
-        scores_path = fetch(run_id, "scores.json")
-        scores = json.loads(scores_path.read_text()) if scores_path else []
-    else:
-        result_path = fetch(run_id, "result.json")
-        if result_path is None:
-            raise SuiteError(f"MLflow run {run_id} has no result.json artifact")
-        results, scores = [RunResult.from_dict(json.loads(result_path.read_text()))], []
-        results[0].mlflow_run_id = run_id
-    manifests = []
-    for result in results:
-        path = fetch(result.mlflow_run_id, MANIFEST_FILE) if result.mlflow_run_id else None
-        manifests.append(load_manifest(path) if path else None)
+        if run.data.tags.get("suite.role") == "matrix":
+            results_path = fetch(run_id, "results.json")
+            if results_path is None:
+                raise SuiteError(f"MLflow run {run_id} has no results.json artifact")
+            results = [RunResult.from_dict(r) for r in json.loads(results_path.read_text())]
+            scores_path = fetch(run_id, "scores.json")
+            scores = json.loads(scores_path.read_text()) if scores_path else []
+        else:
+            result_path = fetch(run_id, "result.json")
+            if result_path is None:
+                raise SuiteError(f"MLflow run {run_id} has no result.json artifact")
+            results, scores = [RunResult.from_dict(json.loads(result_path.read_text()))], []
+            results[0].mlflow_run_id = run_id
+        manifests = []
+        for result in results:
+            path = fetch(result.mlflow_run_id, MANIFEST_FILE) if result.mlflow_run_id else None
+            manifests.append(load_manifest(path) if path else None)
     return Recorded(results, manifests, scores)
 
 
