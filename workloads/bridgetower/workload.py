@@ -75,10 +75,9 @@ class BridgeTowerWorkload(Workload):
         preset, config = self.preset, self.config
         source: ImageCaptionSource = open_source(config.dataset, config.skip_bad_samples)
         self._skipped = source.describe().get("skipped_samples", 0)
-        if preset.tokenizer == "local-byte-level":
-            tokenizer = build_byte_level_tokenizer()
-        else:
-            tokenizer = load_pretrained_tokenizer(config.weights or preset.tokenizer)
+        local_tokenizer = preset.tokenizer == "local-byte-level"
+        tokenizer_source = preset.tokenizer if local_tokenizer else (config.weights or preset.tokenizer)
+        tokenizer = build_byte_level_tokenizer() if local_tokenizer else load_pretrained_tokenizer(tokenizer_source)
         encoded = tokenizer(source.captions(), max_length=preset.max_seq_length, padding="max_length",
                             truncation=True, return_tensors="pt")
 
@@ -111,7 +110,7 @@ class BridgeTowerWorkload(Workload):
         self._facts.update(
             dataset=source.describe(),
             dataset_fingerprint=source.fingerprint(),
-            tokenizer="local-byte-level" if preset.tokenizer == "local-byte-level" else (config.weights or preset.tokenizer),
+            tokenizer=tokenizer_source,
             tokenizer_sha256=tokenizer_fingerprint(tokenizer),
             max_seq_length=preset.max_seq_length,
             image_size=self.image_size,
