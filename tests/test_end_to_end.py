@@ -294,7 +294,8 @@ def test_a_killed_loader_worker_fails_the_configuration_and_the_matrix_goes_on(t
         while len(workers) < 2:  # the run process and its two loader workers
             assert time.time() < deadline and proc.poll() is None, "loader workers never started"
             runs = [p for p in psutil.Process(proc.pid).children() if "suite.execute" in " ".join(p.cmdline())]
-            workers = runs[0].children() if runs else []
+            # forked loader workers carry their parent's command line (a resource tracker would not)
+            workers = [c for c in runs[0].children() if c.cmdline() == runs[0].cmdline()] if runs else []
             time.sleep(0.2)
         time.sleep(2)
         workers[0].kill()
