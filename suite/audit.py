@@ -239,7 +239,7 @@ def load_mlflow_run(run_id: str, tracking_uri: str) -> Recorded:
 def _max_rel_diff(a: Sequence[float], b: Sequence[float]) -> float:
     if len(a) != len(b):
         return float("inf")
-    return max((abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b)), default=0.0)
+    return max((abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b, strict=True)), default=0.0)
 
 
 def compare_rerun(original: RunResult, manifest: dict[str, Any], rerun: RunResult, rerun_manifest: dict[str, Any],
@@ -305,13 +305,13 @@ def audit_recorded(recorded: Recorded, target: str, output_dir: Path, rerun: boo
     from suite.runner import run_isolated
 
     report = AuditReport(target=target, audited_run_ids=[r.mlflow_run_id for r in recorded.results if r.mlflow_run_id])
-    report.checks += record_checks([record_of(r, m) for r, m in zip(recorded.results, recorded.manifests)])
+    report.checks += record_checks([record_of(r, m) for r, m in zip(recorded.results, recorded.manifests, strict=True)])
     report.checks.append(environment_check(recorded.manifests))
     if not rerun:
         report.checks.append(Check("matrix", "rerun", SKIP, "re-runs not requested (--no-rerun)"))
         return report
     seen: set[str] = set()
-    for result, manifest in zip(recorded.results, recorded.manifests):
+    for result, manifest in zip(recorded.results, recorded.manifests, strict=True):
         config_id = RunConfig.from_dict(result.config).config_id
         if config_id in seen:  # one re-run per configuration, compared with its first repeat
             continue

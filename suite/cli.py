@@ -262,18 +262,17 @@ def print_results_table(results: Sequence[RunResult]) -> None:
             table.add_column(column, overflow="fold", max_width=60)
         else:
             table.add_column(column, justify="right")
+    def fmt(metrics: dict[str, float], key: str, scale: float = 1.0, pattern: str = "{:.0f}") -> str:
+        return pattern.format(metrics[key] * scale) if key in metrics else "-"
+
     for result in results:
-        m = result.metrics
         config_id = RunConfig.from_dict(result.config).config_id + (f" #{result.repeat}" if result.repeat else "")
-
-        def fmt(key: str, scale: float = 1.0, pattern: str = "{:.0f}") -> str:
-            return pattern.format(m[key] * scale) if key in m else "-"
-
+        m = result.metrics
         if result.status == FINISHED:
-            table.add_row(config_id, result.status, fmt("throughput_samples_per_s", pattern="{:.1f}"),
-                          fmt("step_time_p50_s", 1000), fmt("step_time_p99_s", 1000),
-                          fmt("data_wait_fraction", pattern="{:.0%}"), fmt("device_peak_memory_bytes", 1 / mib),
-                          fmt("host_ram_peak_pss_bytes", 1 / mib), fmt("host_ram_peak_rss_bytes", 1 / mib))
+            table.add_row(config_id, result.status, fmt(m, "throughput_samples_per_s", pattern="{:.1f}"),
+                          fmt(m, "step_time_p50_s", 1000), fmt(m, "step_time_p99_s", 1000),
+                          fmt(m, "data_wait_fraction", pattern="{:.0%}"), fmt(m, "device_peak_memory_bytes", 1 / mib),
+                          fmt(m, "host_ram_peak_pss_bytes", 1 / mib), fmt(m, "host_ram_peak_rss_bytes", 1 / mib))
         else:
             table.add_row(config_id, f"{result.status}: {result.reason}", *["-"] * 7)
     Console(width=max(Console().width, 140)).print(table)
