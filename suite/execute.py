@@ -22,7 +22,7 @@ from suite.fileio import write_json_atomic
 from suite.mlperf_log import MlperfLog
 from suite.registry import load_device, load_workload
 from suite.results import FAILED, FINISHED, RunResult, StepStats
-from suite.trackers.timing import StepTimer
+from suite.trackers.timing import StepTimer, StepTiming
 
 EmitFn = Callable[..., None]
 
@@ -114,47 +114,77 @@ def _log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any) ->
         mlperf.event(f"suite_{key}", getattr(config, key))
 
 
+class TrainingSteps:
+    """Training steps one at a time, timed the suite's way; shared by the run process and the pytest plugin.
+
+    Each step's clock covers waiting for the batch (data wait), the step itself and the device
+    synchronization; the batch size is checked on every step and a non-finite loss stops the run.
+    Losses are appended to ``losses`` as they come, so a failure keeps the trajectory so far.
+    """
+
+    def __init__(self, config: RunConfig, adapter: Any, workload: Any, losses: list[float] | None = None) -> None:
+        self.config, self.adapter, self.workload = config, adapter, workload
+        self.losses = losses if losses is not None else []
+        self.timings: list[StepTiming] = []
+        self._batches = workload.batches()
+        self._timer = StepTimer(adapter.synchronize)
+
+    def start_clock(self) -> None:
+        """(Re)start the clock: steps that follow without a restart are timed back to back."""
+        self._timer.start()
+
+    def step(self) -> StepTiming:
+        index = len(self.timings)
+        batch = next(self._batches)
+        self._timer.batch_ready()
+        samples = self.workload.count_samples(batch)
+        if samples != self.config.batch_size:
+            raise SuiteError(f"step {index} got a batch of {samples} samples but the recorded batch size is "
+                             f"{self.config.batch_size}")
+        loss = self.workload.train_step(batch)
+        self.adapter.step_boundary()
+        loss_value = float(loss)
+        timing = self._timer.step_done()
+        self.timings.append(timing)
+        self.losses.append(loss_value)
+        if not math.isfinite(loss_value):
+            raise SuiteError(f"loss became {loss_value} at step {index}")
+        return timing
+
+    def record(self, result: RunResult) -> StepStats | None:
+        """Metrics of the measured steps (after the warm-up ones) and peak device memory, into ``result``."""
+        result.facts["batch_size_used"] = self.config.batch_size
+        measured = self.timings[self.config.warmup_steps:]
+        stats = StepStats.from_timings(measured, self.config.batch_size) if measured else None
+        if stats is not None:
+            result.metrics.update(stats.as_dict())
+        memory = self.adapter.peak_memory()
+        if memory is not None:
+            result.metrics["device_peak_memory_bytes"] = float(memory.peak_bytes)
+            result.facts["device_peak_memory_source"] = memory.source
+            for name, value in memory.extra.items():
+                result.metrics[f"device_{name}_bytes"] = float(value)
+        return stats
+
+
 def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn,
            mlperf: MlperfLog | None = None) -> None:
     mlperf = mlperf or MlperfLog(None)
     total = config.warmup_steps + config.steps
-    batches = workload.batches()
-    timer = StepTimer(adapter.synchronize)
-    measured = []
+    steps = TrainingSteps(config, adapter, workload, losses=result.losses)
     emit_event(phase="training", total=total)
     adapter.reset_peak_memory()
-    timer.start()
+    steps.start_clock()
     for step in range(total):
         if step == config.warmup_steps:
             mlperf.start("block_start", metadata={"first_step": step, "step_count": config.steps})
-        batch = next(batches)
-        timer.batch_ready()
-        samples = workload.count_samples(batch)
-        if samples != config.batch_size:
-            raise SuiteError(
-                f"step {step} got a batch of {samples} samples but the recorded batch size is {config.batch_size}"
-            )
-        loss = workload.train_step(batch)
-        adapter.step_boundary()
-        loss_value = float(loss)
-        timing = timer.step_done()
-        result.losses.append(loss_value)
-        if step >= config.warmup_steps:
-            measured.append(timing)
-        if not math.isfinite(loss_value):
-            raise SuiteError(f"loss became {loss_value} at step {step}")
-        emit_event(step=step + 1, total=total, loss=loss_value)
+        steps.step()
+        emit_event(step=step + 1, total=total, loss=result.losses[-1])
     mlperf.end("block_stop", metadata={"first_step": config.warmup_steps, "step_count": config.steps})
-    result.facts["batch_size_used"] = config.batch_size
-    stats = StepStats.from_timings(measured, config.batch_size)
-    result.metrics.update(stats.as_dict())
+    stats = steps.record(result)
+    if stats is None:  # unreachable: RunConfig requires steps >= 1
+        raise SuiteError("no measured step")
     mlperf.event("throughput", stats.throughput_samples_per_s, metadata={"unit": "samples/s"})
-    memory = adapter.peak_memory()
-    if memory is not None:
-        result.metrics["device_peak_memory_bytes"] = float(memory.peak_bytes)
-        result.facts["device_peak_memory_source"] = memory.source
-        for name, value in memory.extra.items():
-            result.metrics[f"device_{name}_bytes"] = float(value)
 
 
 def main(argv: list[str] | None = None) -> int:
