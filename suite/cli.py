@@ -129,6 +129,9 @@ def build_parser(suppress_run_defaults: bool = False) -> argparse.ArgumentParser
     run.add_argument("--tracking-uri", default=None,
                      help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)")
     run.add_argument("--experiment", default=None, help="MLflow experiment name (default: the workload name)")
+    run.add_argument("--system-metrics-interval", type=float, default=1.0, metavar="SECONDS",
+                     help="sample MLflow system metrics (CPU, RAM, NVIDIA GPU, Gaudi HPU where present) on each "
+                          "configuration's run every SECONDS; 0 turns them off (default: %(default)s)")
     run.add_argument("--no-progress", action="store_true", help="plain log lines instead of progress bars")
 
     if suppress_run_defaults:
@@ -164,14 +167,25 @@ def build_parser(suppress_run_defaults: bool = False) -> argparse.ArgumentParser
     upload.add_argument("directory", type=Path, help="results directory written by `suite run`")
     upload.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: as `suite run`)")
 
-    compare = sub.add_parser("compare", help="measured results beside published ones, as ratios",
-                             description="Show published ratios (device vs device, workers N vs 0, device loader "
-                                         "vs CPU loader) beside the same ratios measured in RESULTS.")
+    compare = sub.add_parser(
+        "compare", help="configurations side by side with speed-ups and plots; beside published results",
+        description="Show configurations (device x workers x loader x precision) side by side with the metrics and "
+                    "the speed-up over a baseline, and write PNG plots (throughput, host RAM and device memory vs "
+                    "dataloader_num_workers), also logged to the MLflow matrix run. With --reference, also the "
+                    "published ratios beside the measured ones.")
     compare.add_argument("results", nargs="?", default=None,
-                         help="results directory or MLflow run id of a matrix (omit to list the published ratios)")
-    compare.add_argument("--reference", required=True, help="published results name (e.g. bridgetower_hf_blog_2023) "
-                                                            "or path")
-    compare.add_argument("--tracking-uri", default=None, help="MLflow store when RESULTS is a run id")
+                         help="results directory or MLflow matrix run id (or use --experiment / --filter)")
+    compare.add_argument("--experiment", default=None, help="all configuration runs of this MLflow experiment")
+    compare.add_argument("--filter", dest="filter_string", default=None,
+                         help="MLflow search filter on configuration runs, e.g. \"params.device = 'cpu'\"")
+    compare.add_argument("--baseline", default=None,
+                         help="configuration the speed-ups are relative to (part of its id, e.g. nw0-cpu-fp32); "
+                              "default: the first")
+    compare.add_argument("--plots", type=Path, default=None,
+                         help="folder for the PNG plots (default: <results>/plots or ./suite-results/compare-<time>)")
+    compare.add_argument("--reference", default=None,
+                         help="published results name (e.g. bridgetower_hf_blog_2023) or path")
+    compare.add_argument("--tracking-uri", default=None, help="MLflow store (default: as `suite run`)")
     return parser
 
 
@@ -374,7 +388,8 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                       command=["suite", *argv], output_dir=output, repeats=args.repeats,
                       memory_limit_bytes=int(args.memory_limit * 2**30) if args.memory_limit else None,
                       experiment=args.experiment, tags=tags, params=params)
-    mlflow_recorder = MlflowRecorder(tracking_uri, args.experiment)
+    mlflow_recorder = MlflowRecorder(tracking_uri, args.experiment,
+                                     system_metrics_interval_s=args.system_metrics_interval or None)
     json_recorder = JsonResultsRecorder(output)
     display = PlainProgress() if args.no_progress else RichProgress(len(configs) * args.repeats)
     print(f"suite: {len(configs)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
@@ -499,22 +514,60 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from suite.audit import load_directory
     from suite.compare import compare, load_reference, measured_table, reference_table
+    from suite.comparison import plot, rows_from_mlflow, rows_from_results, speedups
+    from suite.recorders import default_tracking_uri
 
-    path, data = load_reference(args.reference)
-    measured: dict = {}
-    if args.results:
-        recorded = _load_recorded(args.results, args.tracking_uri)
-        measured = measured_table([r.to_dict() for r in recorded.results], recorded.scores)
-    table = Table(title=f"{data.get('title', path.stem)}: published vs measured ratios")
-    for column in ("ratio", "published", "measured", "measured / published"):
-        table.add_column(column, justify="left" if column == "ratio" else "right")
-    for row in compare(reference_table(data), measured):
-        both = row.published is not None and row.measured is not None
-        table.add_row(row.name, "-" if row.published is None else f"{row.published:.3f}",
-                      "-" if row.measured is None else f"{row.measured:.3f}",
-                      f"{row.measured / row.published:.3f}" if both else "-")
-    Console(width=max(Console().width, 120)).print(table)
+    uri = args.tracking_uri or default_tracking_uri()
+    rows: list = []
+    plots_dir = args.plots
+    if args.results and Path(args.results).is_dir():
+        recorded = load_directory(Path(args.results))
+        rows = rows_from_results([r.to_dict() for r in recorded.results], recorded.scores)
+        plots_dir = plots_dir or Path(args.results) / "plots"
+    elif args.results or args.experiment or args.filter_string:
+        rows = rows_from_mlflow(uri, run_id=args.results, experiment=args.experiment, filter_string=args.filter_string)
+    elif not args.reference:
+        raise SuiteError("give RESULTS (a results directory or MLflow run id), --experiment, --filter or --reference")
+    console = Console(width=max(Console().width, 140))
+    if rows:
+        base, ratios = speedups(rows, args.baseline)
+        table = Table(title=f"configurations (speed-up over {base.config_key})")
+        for column in ("configuration", "samples/s", "speed-up", "p50 ms", "data-wait", "device peak MiB",
+                       "host PSS MiB", "host RSS MiB"):
+            table.add_column(column, justify="left" if column == "configuration" else "right")
+        for row, ratio in zip(rows, ratios, strict=True):
+            m = row.metrics
+            table.add_row(row.config_key, f"{m['throughput_samples_per_s']:.1f}", f"{ratio:.2f}x",
+                          *[f"{m[k] * s:.0f}" if k in m else "-" for k, s in (("step_time_p50_s", 1000),)],
+                          f"{m['data_wait_fraction']:.0%}" if "data_wait_fraction" in m else "-",
+                          *[f"{m[k] / 2**20:.0f}" if k in m else "-" for k in (
+                              "device_peak_memory_bytes", "host_ram_peak_pss_bytes", "host_ram_peak_rss_bytes")])
+        console.print(table)
+        plots_dir = plots_dir or Path("suite-results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
+        pngs = plot(rows, plots_dir)
+        print("plots: " + ", ".join(str(p) for p in pngs))
+        parents = sorted({r.parent_run_id for r in rows if r.parent_run_id})
+        if parents:
+            from mlflow.tracking import MlflowClient
+
+            client = MlflowClient(tracking_uri=uri)
+            for parent in parents:
+                for png in pngs:
+                    client.log_artifact(parent, str(png), artifact_path="plots")
+            print(f"plots logged to MLflow run(s): {', '.join(parents)}")
+    if args.reference:
+        path, data = load_reference(args.reference)
+        table = Table(title=f"{data.get('title', path.stem)}: published vs measured ratios")
+        for column in ("ratio", "published", "measured", "measured / published"):
+            table.add_column(column, justify="left" if column == "ratio" else "right")
+        for ratio_row in compare(reference_table(data), measured_table(rows)):
+            both = ratio_row.published is not None and ratio_row.measured is not None
+            table.add_row(ratio_row.name, "-" if ratio_row.published is None else f"{ratio_row.published:.3f}",
+                          "-" if ratio_row.measured is None else f"{ratio_row.measured:.3f}",
+                          f"{ratio_row.measured / ratio_row.published:.3f}" if both else "-")
+        console.print(table)
     return 0
 
 

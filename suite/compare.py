@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from suite.errors import SuiteError
-from suite.results import FINISHED
 
 Cell = tuple[str, str, int]  # (device, loader, dataloader_num_workers)
 
@@ -45,18 +44,11 @@ def reference_table(data: dict[str, Any]) -> dict[Cell, float]:
             for r in data["results"]}
 
 
-def measured_table(results: Iterable[dict[str, Any]], scores: Iterable[dict[str, Any]] = ()) -> dict[Cell, float]:
-    """Throughput per cell: the repeat score where there is one, else the first finished run."""
+def measured_table(rows: Iterable[Any]) -> dict[Cell, float]:
+    """Throughput per cell from :class:`suite.comparison.Row` s (scores where repeats were scored)."""
     table: dict[Cell, float] = {}
-    for score in scores:
-        if score.get("throughput_score") is not None:
-            c = score["config"]
-            table[(c["device"], c["loader"], c["num_workers"])] = score["throughput_score"]
-    for r in results:
-        c = r["config"]
-        cell = (c["device"], c["loader"], c["num_workers"])
-        if r["status"] == FINISHED and cell not in table:
-            table[cell] = r["metrics"]["throughput_samples_per_s"]
+    for row in rows:
+        table.setdefault((row.device, row.loader, row.num_workers), row.metrics["throughput_samples_per_s"])
     return table
 
 

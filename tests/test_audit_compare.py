@@ -49,11 +49,15 @@ def test_published_ratios():
 
 
 def test_measured_ratios_line_up_with_published_ones():
+    from suite.comparison import rows_from_results
+
     _, data = load_reference(str(REFERENCE))
-    runs = [{"config": {"device": "h100", "loader": "cpu", "num_workers": n}, "status": "FINISHED",
+    config = dict(workload="bridgetower", preset="large", device="h100", loader="cpu", precision="bf16")
+    runs = [{"config": {**config, "num_workers": n}, "status": "FINISHED",
              "metrics": {"throughput_samples_per_s": v}} for n, v in [(0, 40.0), (2, 70.0)]]
-    scores = [{"config": {"device": "h100", "loader": "cpu", "num_workers": 2}, "throughput_score": 80.0}]
-    rows = {r.name: r for r in compare(reference_table(data), measured_table(runs, scores))}
+    scores = [{"config_id": "bridgetower-large-h100-nw2-cpu-bf16", "repeats": 3, "throughput_score": 80.0,
+               "throughput_cv": 0.01}]
+    rows = {r.name: r for r in compare(reference_table(data), measured_table(rows_from_results(runs, scores)))}
     row = rows["h100 cpu-loader: workers 2 vs 0"]
     assert row.published == pytest.approx(602.1 / 336.5) and row.measured == pytest.approx(2.0)  # score wins
     assert rows["gaudi2 vs h100: cpu-loader, workers 0"].measured is None

@@ -115,6 +115,8 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
         tags = run.data.tags
         assert tags["device_name"] and tags["version.torch"] and tags["version.transformers"]
         assert "git_commit" in tags and "git_dirty" in tags
+        assert "system/cpu_utilization_percentage" in run.data.metrics  # MLflow's system metrics
+        assert "system/system_memory_usage_megabytes" in run.data.metrics
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert artifacts == {"config.json", "result.json", "run.log", "manifest.json", "mlperf.log"}
         recorded = json.loads(open(client.download_artifacts(run.info.run_id, "result.json")).read())
@@ -307,3 +309,25 @@ def test_a_killed_loader_worker_fails_the_configuration_and_the_matrix_goes_on(t
     assert [(r["config"]["device"], r["status"]) for r in results] == [("cpu", "FAILED"), ("absent-standin", "FAILED")]
     assert "DataLoader worker" in results[0]["reason"] and "killed" in results[0]["reason"], results[0]["reason"]
     assert "not present" in results[1]["reason"]  # the next configuration still ran
+
+
+def test_compare_over_mlflow_writes_plots_and_logs_them_to_the_matrix_run(matrix_run, tmp_path, capsys):
+    _, results, client, tmp = matrix_run
+    uri = f"sqlite:///{tmp}/mlflow.db"
+    parent_id = client.get_run(results[0]["mlflow_run_id"]).data.tags["mlflow.parentRunId"]
+    assert main(["compare", parent_id, "--tracking-uri", uri, "--plots", str(tmp_path / "plots"),
+                 "--baseline", "nw0-cpu-fp32"]) == 0
+    out = capsys.readouterr().out
+    assert "bridgetower/tiny cpu nw0 cpu fp32" in out and "bridgetower/tiny cpu nw2 cpu fp32" in out and "1.00x" in out
+    for name in ("throughput.png", "memory.png"):
+        assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    logged = {a.path for a in client.list_artifacts(parent_id, "plots")}
+    assert logged == {"plots/throughput.png", "plots/memory.png"}
+
+    assert main(["compare", "--experiment", "bridgetower", "--filter", "params.num_workers = '2'",
+                 "--tracking-uri", uri, "--plots", str(tmp_path / "p2")]) == 0
+    out = capsys.readouterr().out
+    assert "nw2 cpu fp32" in out and "nw0 cpu fp32" not in out
+
+    assert main(["compare", str(tmp / "out"), "--baseline", "nw7", "--plots", str(tmp_path / "p3")]) == 2
+    assert "baseline 'nw7' matches no configuration" in capsys.readouterr().err

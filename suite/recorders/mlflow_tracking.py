@@ -66,7 +66,7 @@ class MlflowRecorder(Recorder):
     essential = False
 
     def __init__(self, tracking_uri: str | None = None, experiment_name: str | None = None,
-                 resume: bool = False) -> None:
+                 resume: bool = False, system_metrics_interval_s: float | None = None) -> None:
         from mlflow.tracking import MlflowClient
 
         self.tracking_uri = tracking_uri or default_tracking_uri()
@@ -81,6 +81,8 @@ class MlflowRecorder(Recorder):
         self._output_dir: Path | None = None
         self._resume = resume
         self.skipped: list[str] = []  # run uids already complete (resume mode)
+        self._system_metrics_interval_s = system_metrics_interval_s
+        self._monitors: dict[tuple[str, int], Any] = {}  # system metrics of the running configuration
 
     def _find(self, **tags: str) -> Any:
         """The one run of this experiment with all these tags, or None (resume mode)."""
@@ -140,8 +142,14 @@ class MlflowRecorder(Recorder):
                     config.config_id, self.parent_run_id, {**tags, "suite.role": "configuration"},
                     config.as_params())
             parent, name, role = self._score_runs[config.config_id], f"{config.config_id}-r{repeat}", "repeat"
-        self._open_runs[(config.config_id, repeat)] = self._create_run(
-            name, parent, {**tags, "suite.role": role, "suite.run_uid": run_uid}, config.as_params())
+        run_id = self._create_run(name, parent, {**tags, "suite.role": role, "suite.run_uid": run_uid},
+                                  config.as_params())
+        self._open_runs[(config.config_id, repeat)] = run_id
+        if self._system_metrics_interval_s:
+            from suite.recorders.system_metrics import start_system_metrics
+
+            self._monitors[(config.config_id, repeat)] = start_system_metrics(
+                run_id, self.tracking_uri, self._system_metrics_interval_s)
 
     def end(self, result: RunResult) -> None:
         from mlflow.entities import Metric, RunTag
@@ -158,6 +166,7 @@ class MlflowRecorder(Recorder):
         if key not in self._open_runs:
             self.begin(config, result.repeat, result.run_uid or uuid.uuid4().hex)
         run_id = self._open_runs.pop(key)
+        self._stop_monitor(key)
         now_ms = int((result.ended_at or time.time()) * 1000)
         metrics = [Metric(k, float(v), now_ms, 0) for k, v in result.metrics.items()]
         start_ms = int((result.started_at or time.time()) * 1000)
@@ -199,7 +208,17 @@ class MlflowRecorder(Recorder):
         self._log(run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
         self.client.set_terminated(run_id, status=score.status, end_time=now_ms)
 
+    def _stop_monitor(self, key: tuple[str, int]) -> None:
+        monitor = self._monitors.pop(key, None)
+        if monitor is not None:
+            monitor.finish()
+            for extra in monitor.monitors:
+                if hasattr(extra, "shutdown"):
+                    extra.shutdown()
+
     def close(self, status: str) -> None:
+        for key in list(self._monitors):
+            self._stop_monitor(key)
         # runs that never ended were interrupted
         for run_id in [*self._open_runs.values(), *self._score_runs.values()]:
             self.client.set_terminated(run_id, status="KILLED")
