@@ -108,6 +108,10 @@ def build_parser(suppress_run_defaults: bool = False) -> argparse.ArgumentParser
                           "(default: %(default)s, as the reference's throughput_warmup_steps)")
     run.add_argument("--batch-size", type=_int_at_least(1), default=None,
                      help="per-device batch size (default: the preset's fixed one; recorded either way)")
+    run.add_argument("--nproc-per-node", type=_int_at_least(1), default=1,
+                     help="processes (devices) per configuration, launched with torchrun over the device's "
+                          "distributed backend (gloo on CPU, nccl, hccl): global batch = batch size x N, global "
+                          "throughput over the slowest rank, host RAM summed over ranks (default: 1)")
     run.add_argument("--repeats", type=_int_at_least(1), default=1,
                      help="run each configuration N times, each in a fresh process, and score it the MLPerf way "
                           "(drop the highest and lowest throughput, mean of the rest; spread as CV) (default: 1)")
@@ -370,7 +374,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         workload=args.workload, preset=preset, devices=args.devices, workers=args.workers,
         loaders=args.loaders, precisions=args.precisions, steps=args.steps,
         warmup_steps=args.warmup_steps, seed=args.seed, batch_size=args.batch_size, dataset=args.dataset,
-        weights=args.weights, skip_bad_samples=args.skip_bad_samples))
+        weights=args.weights, skip_bad_samples=args.skip_bad_samples, nproc_per_node=args.nproc_per_node))
     workload_cls, configs = resolve(spec)
     tracking_uri = args.tracking_uri or default_tracking_uri()
     check_tracking_uri(tracking_uri)

@@ -55,6 +55,7 @@ class RunSettings:
     dataset: str | None = None
     weights: str | None = None
     skip_bad_samples: bool = False
+    nproc_per_node: int = 1  # processes (devices) per node, launched with torchrun when > 1
 
     def __post_init__(self) -> None:
         _require_name("workload", self.workload)
@@ -70,6 +71,7 @@ class RunSettings:
                 _require_name(name, value)
         if not isinstance(self.skip_bad_samples, bool):
             raise ConfigError(f"skip_bad_samples must be true or false, got {self.skip_bad_samples!r}")
+        _require_int("nproc_per_node", self.nproc_per_node, 1)
 
     def settings(self) -> dict[str, Any]:
         """The shared fields, by name."""
@@ -101,7 +103,7 @@ class RunConfig(RunSettings):
         """A short, unique, filesystem-safe name for this point of the matrix."""
         return (
             f"{self.workload}-{self.preset}-{self.device}-nw{self.num_workers}"
-            f"-{self.loader}-{self.precision}"
+            f"-{self.loader}-{self.precision}" + (f"-np{self.nproc_per_node}" if self.nproc_per_node > 1 else "")
         )
 
     def to_dict(self) -> dict[str, Any]:

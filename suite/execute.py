@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from suite.config import RunConfig
@@ -43,11 +45,30 @@ def _one_line(exc: BaseException) -> str:
     return text if isinstance(exc, SuiteError) else f"{type(exc).__name__}: {text}"
 
 
-def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | None = None) -> RunResult:
+@dataclass(frozen=True)
+class Rank:
+    """This process's place in a torchrun launch (rank 0 of 1 without one)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @classmethod
+    def from_environment(cls) -> "Rank":
+        env = os.environ
+        return cls(int(env.get("RANK", 0)), int(env.get("LOCAL_RANK", 0)), int(env.get("WORLD_SIZE", 1)))
+
+
+def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | None = None,
+            rank: Rank | None = None) -> RunResult:
     """Run ``config`` here and return its result; never raises for a failure of the run itself.
 
     With ``mllog_path``, an MLPerf-format log of the run is written there (see :mod:`suite.mlperf_log`).
+    Under torchrun (``rank.world_size > 1``) every rank trains on its share of each global batch with the
+    device's distributed backend, and the result aggregates the ranks: global throughput over the
+    slowest rank's wall time, device peak memory as the maximum per rank, data-wait as the mean.
     """
+    rank = rank or Rank()
     if config.batch_size is None:
         raise ValueError("execute() needs a resolved batch_size (see suite.runner.resolve)")
     result = RunResult(config=config.to_dict(), status=FAILED, started_at=time.time())
@@ -59,9 +80,20 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
     try:
         mlperf.event("submission_benchmark", config.workload)
         mlperf.start("init_start")
-        adapter = load_device(config.device)(local_rank=0)
+        if rank.world_size % config.nproc_per_node:
+            raise SuiteError(f"nproc_per_node is {config.nproc_per_node} but {rank.world_size} process(es) run, "
+                             "not a whole number of nodes")
+        adapter = load_device(config.device)(local_rank=rank.local_rank)
         emit_event(phase="device setup")
         adapter.setup()
+        if rank.world_size > 1:
+            import torch.distributed as dist
+
+            dist.init_process_group(backend=adapter.distributed_backend)
+            facts["world_size"] = rank.world_size
+            facts["nodes"] = rank.world_size // config.nproc_per_node
+            facts["distributed_backend"] = adapter.distributed_backend
+        facts["global_batch_size"] = config.batch_size * rank.world_size
         facts["device"] = adapter.device_info()
         if config.loader not in adapter.supported_loaders:
             raise SuiteError(
@@ -77,10 +109,10 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         facts["workload"] = workload.facts()
         facts["precision_used"] = config.precision
         facts["loader_used"] = config.loader
-        _log_hyperparameters(mlperf, config, workload)
+        _log_hyperparameters(mlperf, config, workload, rank)
         mlperf.end("init_stop")
         mlperf.start("run_start")
-        _train(config, adapter, workload, result, emit_event, mlperf)
+        _train(config, adapter, workload, result, emit_event, mlperf, rank)
         result.metrics.update(workload.metrics())
         mlperf.end("run_stop", metadata={"status": "success"})
         result.status = FINISHED
@@ -100,13 +132,39 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
                     closer.teardown()
                 except Exception:  # noqa: BLE001 - teardown must not mask the run's own outcome
                     traceback.print_exc(file=sys.stderr)
+        if rank.world_size > 1:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
         result.ended_at = time.time()
     return result
 
 
-def _log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any) -> None:
+def _aggregate_ranks(result: RunResult, rank: Rank) -> None:
+    """Global figures over the ranks: samples of all ranks over the slowest rank's measured wall time."""
+    import torch
+    import torch.distributed as dist
+
+    m = result.metrics
+    values = torch.tensor([m["measured_wall_s"], m["data_wait_fraction"], m.get("device_peak_memory_bytes", -1.0)],
+                          dtype=torch.float64)
+    gathered = [torch.zeros_like(values) for _ in range(rank.world_size)]
+    dist.all_gather(gathered, values)
+    walls, waits, memories = zip(*(g.tolist() for g in gathered), strict=True)
+    m["measured_wall_s"] = max(walls)
+    m["throughput_samples_per_s"] = m["measured_steps"] * result.facts["global_batch_size"] / max(walls)
+    m["data_wait_fraction"] = sum(waits) / len(waits)
+    if min(memories) >= 0:
+        m["device_peak_memory_bytes"] = max(memories)
+    result.facts["aggregation"] = ("throughput: samples of all ranks / slowest rank's measured wall time; "
+                                   "device peak memory: max per rank; data-wait: mean of ranks; "
+                                   "step times and losses: rank 0")
+
+
+def _log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any, rank: Rank) -> None:
     mlperf.event("seed", config.seed)
-    mlperf.event("global_batch_size", config.batch_size)  # x world size once multi-device lands
+    mlperf.event("global_batch_size", config.batch_size * rank.world_size)
     mlperf.event("gradient_accumulation_steps", 1)
     for key, value in workload.mlperf_hyperparameters().items():
         mlperf.event(key, value)
@@ -168,7 +226,8 @@ class TrainingSteps:
 
 
 def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn,
-           mlperf: MlperfLog | None = None) -> None:
+           mlperf: MlperfLog | None = None, rank: Rank | None = None) -> None:
+    rank = rank or Rank()
     mlperf = mlperf or MlperfLog(None)
     total = config.warmup_steps + config.steps
     steps = TrainingSteps(config, adapter, workload, losses=result.losses)
@@ -184,7 +243,10 @@ def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, em
     stats = steps.record(result)
     if stats is None:  # unreachable: RunConfig requires steps >= 1
         raise SuiteError("no measured step")
-    mlperf.event("throughput", stats.throughput_samples_per_s, metadata={"unit": "samples/s"})
+    if rank.world_size > 1:
+        result.facts["global_batch_size"] = config.batch_size * rank.world_size
+        _aggregate_ranks(result, rank)
+    mlperf.event("throughput", result.metrics["throughput_samples_per_s"], metadata={"unit": "samples/s"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,9 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with open(args.config) as fh:
         config = RunConfig.from_dict(json.load(fh))
-    result = execute(config, emit_event=emit, mllog_path=args.mllog)
-    write_json_atomic(args.result, result.to_dict())
-    return 0
+    rank = Rank.from_environment()
+    leader = rank.rank == 0  # only rank 0 reports progress and writes the result and the MLPerf log
+    result = execute(config, emit_event=emit if leader else _no_emit, mllog_path=args.mllog if leader else None,
+                     rank=rank)
+    if leader:
+        write_json_atomic(args.result, result.to_dict())
+    return 0 if leader or result.status == FINISHED else 1
 
 
 if __name__ == "__main__":

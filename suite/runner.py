@@ -124,7 +124,11 @@ def run_isolated(config: RunConfig, output_dir: Path, progress: Progress | None 
     write_json_atomic(config_path, config.to_dict())
     result_path.unlink(missing_ok=True)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "suite.execute", "--config", str(config_path), "--result", str(result_path),
+    launcher = [sys.executable]
+    if config.nproc_per_node > 1:  # one process per device, through torch.distributed's own launcher
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    f"--nproc-per-node={config.nproc_per_node}"]
+    cmd = [*launcher, "-m", "suite.execute", "--config", str(config_path), "--result", str(result_path),
            "--mllog", str(mllog_path)]
     started = time.time()
     with open(log_path, "w") as log:

@@ -331,3 +331,29 @@ def test_compare_over_mlflow_writes_plots_and_logs_them_to_the_matrix_run(matrix
 
     assert main(["compare", str(tmp / "out"), "--baseline", "nw7", "--plots", str(tmp_path / "p3")]) == 2
     assert "baseline 'nw7' matches no configuration" in capsys.readouterr().err
+
+
+def test_two_ranks_with_gloo_record_one_aggregated_run(tmp_path):
+    from suite.mlperf_log import check_compliance
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    code = main(["run", "--nproc-per-node", "2", "--workers", "0", "--steps", "3", "--warmup-steps", "1",
+                 "--output", str(tmp_path / "out"), "--tracking-uri", uri, "--no-progress",
+                 "--system-metrics-interval", "0"])
+    assert code == 0
+    [result] = json.loads((tmp_path / "out" / "results.json").read_text())  # only rank 0 records
+    assert result["status"] == "FINISHED", result["reason"]
+    facts, m = result["facts"], result["metrics"]
+    assert result["config"]["nproc_per_node"] == 2 and result["config"]["batch_size"] == 8
+    assert (facts["world_size"], facts["global_batch_size"], facts["distributed_backend"]) == (2, 16, "gloo")
+    # global throughput: samples of both ranks over the slowest rank's measured wall time
+    assert m["throughput_samples_per_s"] == pytest.approx(3 * 16 / m["measured_wall_s"])
+    assert facts["host_ram_max_processes"] >= 3  # the launcher and both ranks, summed
+    log = Path(facts["mlperf_log"]).read_text()
+    assert '"key": "global_batch_size", "value": 16' in log
+    passed, output = check_compliance(facts["mlperf_log"])
+    assert passed, output
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("bridgetower").experiment_id],
+                              filter_string="tags.`suite.role` = 'configuration'")
+    assert len(runs) == 1 and runs[0].data.params["nproc_per_node"] == "2"

@@ -95,6 +95,10 @@ class BridgeTowerWorkload(Workload):
         model.train()
         self.model = self.device.place_model(model)
         params = [p for p in self.model.parameters() if p.requires_grad]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            device = self.device.torch_device
+            self.model = torch.nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[device.index] if device.type == "cuda" else None)
         self.params = params
         self.optimizer = torch.optim.AdamW(params, lr=preset.learning_rate, eps=preset.adam_epsilon,
                                            weight_decay=preset.weight_decay)
@@ -102,7 +106,7 @@ class BridgeTowerWorkload(Workload):
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: max(0.0, (total_steps - step) / total_steps)  # linear, no warm-up
         )
-        self.image_size = int(model.config.vision_config.image_size)
+        self.image_size = int(model.config.vision_config.image_size)  # `model`: unwrapped by DDP
         dataset = CaptionedImages(source, encoded["input_ids"], encoded["attention_mask"], config.loader,
                                   self.image_size)
         self._loader = make_loader(dataset, config.batch_size, config.num_workers, config.seed,

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler
 
 from suite.errors import DatasetError
 from suite.imaging import decode_to_rgb_tensor
@@ -71,14 +71,23 @@ def seed_worker(worker_id: int) -> None:
 
 def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, seed: int,
                 pin_memory: bool = False) -> DataLoader:
-    if len(dataset) < batch_size:
-        raise DatasetError(f"the dataset has {len(dataset)} samples, fewer than one batch of {batch_size}")
+    """A seeded loader; under torch.distributed, each rank reads its own shard (DistributedSampler)."""
+    import torch.distributed as dist
+
+    distributed = dist.is_available() and dist.is_initialized()
+    world = dist.get_world_size() if distributed else 1
+    if len(dataset) < batch_size * world:
+        raise DatasetError(f"the dataset has {len(dataset)} samples, fewer than one batch of {batch_size}"
+                           + (f" per rank on {world} ranks" if distributed else ""))
     generator = torch.Generator()
     generator.manual_seed(seed)
+    sampler = (DistributedSampler(dataset, num_replicas=world, rank=dist.get_rank(), shuffle=True, seed=seed,
+                                  drop_last=True)
+               if distributed else RandomSampler(dataset, generator=generator))
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        sampler=RandomSampler(dataset, generator=generator),
+        sampler=sampler,
         num_workers=num_workers,
         collate_fn=collate,
         drop_last=True,  # every step has exactly the recorded batch size
@@ -91,5 +100,9 @@ def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, see
 
 def endless(loader: DataLoader) -> Iterator[dict[str, Any]]:
     """Batches forever; each pass is a new epoch with the next shuffled order."""
+    epoch = 0
     while True:
+        if isinstance(loader.sampler, DistributedSampler):
+            loader.sampler.set_epoch(epoch)
         yield from loader
+        epoch += 1
