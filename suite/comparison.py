@@ -124,21 +124,29 @@ def plot(rows: Sequence[Row], directory: Path) -> list[Path]:
     for members in series.values():
         members.sort(key=lambda r: r.num_workers)
 
+    workers = sorted({r.num_workers for r in rows})
+
+    def finish(axis: Any, title: str, ylabel: str, legend_size: int) -> None:
+        axis.set_title(title)
+        axis.set_xlabel("dataloader_num_workers")
+        axis.set_ylabel(ylabel)
+        axis.set_xticks(workers)
+        axis.set_ylim(bottom=0)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=legend_size)
+
+    def save(fig: Any, path: Path) -> Path:
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
+
     fig, ax = plt.subplots(figsize=(8, 5))
     for name, members in series.items():
-        xs = [r.num_workers for r in members]
-        ax.plot(xs, [r.metrics["throughput_samples_per_s"] for r in members], marker="o", label=name)
-    ax.set_xlabel("dataloader_num_workers")
-    ax.set_ylabel("throughput (samples/s, measured steps)")
-    ax.set_title("Training throughput vs loader workers")
-    ax.set_xticks(sorted({r.num_workers for r in rows}))
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    throughput_png = directory / "throughput.png"
-    fig.tight_layout()
-    fig.savefig(throughput_png, dpi=120)
-    plt.close(fig)
+        ax.plot([r.num_workers for r in members], [r.metrics["throughput_samples_per_s"] for r in members],
+                marker="o", label=name)
+    finish(ax, "Training throughput vs loader workers", "throughput (samples/s, measured steps)", 8)
+    throughput_png = save(fig, directory / "throughput.png")
 
     fig, (host, device) = plt.subplots(1, 2, figsize=(12, 5))
     for name, members in series.items():
@@ -150,18 +158,7 @@ def plot(rows: Sequence[Row], directory: Path) -> list[Path]:
             colour = line.get_color()
         device.plot(xs, [r.metrics.get("device_peak_memory_bytes", float("nan")) / MiB for r in members],
                     marker="o", label=name)
-    host.set_title("Host RAM peak: training process + loader workers")
-    host.set_ylabel("MiB")
-    device.set_title("Device peak memory")
-    device.set_ylabel("MiB")
-    for axis in (host, device):
-        axis.set_xlabel("dataloader_num_workers")
-        axis.set_xticks(sorted({r.num_workers for r in rows}))
-        axis.set_ylim(bottom=0)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=7)
-    memory_png = directory / "memory.png"
-    fig.tight_layout()
-    fig.savefig(memory_png, dpi=120)
-    plt.close(fig)
+    finish(host, "Host RAM peak: training process + loader workers", "MiB", 7)
+    finish(device, "Device peak memory", "MiB", 7)
+    memory_png = save(fig, directory / "memory.png")
     return [throughput_png, memory_png]
