@@ -37,9 +37,18 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
     devices = {}
     for name in device_names():
-        availability = load_device(name).availability()
-        devices[name] = {"available": availability.available, "reason": availability.reason,
-                         **availability.details}
+        adapter_cls = load_device(name)
+        availability = adapter_cls.availability()
+        facts: dict[str, Any] = {"available": availability.available, "reason": availability.reason,
+                                 **availability.details}
+        if availability.available:  # the adapter's own facts: device name, count, driver, memory...
+            adapter = adapter_cls()
+            try:
+                adapter.setup()
+                facts.update(adapter.device_info())
+            finally:
+                adapter.teardown()
+        devices[name] = facts
     machine_info["suite"] = {"devices": devices, "packages": package_versions(), **git_state()}
 
 

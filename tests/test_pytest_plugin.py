@@ -32,7 +32,8 @@ def test_benchmark_json_carries_every_suite_metric_and_compare_works(tmp_path):
     assert info["config"]["num_workers"] == 0 and info["config"]["batch_size"] == 8
     assert set(METRICS) <= set(info) and len(info["loss_digest"]) == 64
     assert info["measured_steps"] == 3 and 0 <= info["data_wait_fraction"] <= 1
-    assert data["machine_info"]["suite"]["devices"]["cpu"]["available"] is True
+    cpu = data["machine_info"]["suite"]["devices"]["cpu"]
+    assert cpu["available"] is True and cpu["device_name"] and cpu["memory_total_bytes"] > 0
     second = _pytest_benchmarks(tmp_path, "--benchmark-compare", "--benchmark-compare-fail=mean:1000%")
     assert second.returncode == 0, second.stdout + second.stderr
     assert "0001_" in second.stdout  # compared against the saved run
