@@ -244,7 +244,6 @@ def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, em
     if stats is None:  # unreachable: RunConfig requires steps >= 1
         raise SuiteError("no measured step")
     if rank.world_size > 1:
-        result.facts["global_batch_size"] = config.batch_size * rank.world_size
         _aggregate_ranks(result, rank)
     mlperf.event("throughput", result.metrics["throughput_samples_per_s"], metadata={"unit": "samples/s"})
 
