@@ -95,14 +95,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
             facts["distributed_backend"] = adapter.distributed_backend
         facts["global_batch_size"] = config.batch_size * rank.world_size
         facts["device"] = adapter.device_info()
-        if config.loader not in adapter.supported_loaders:
-            raise SuiteError(
-                f"loader {config.loader!r} is not supported on {config.device}; "
-                f"supported: {', '.join(adapter.supported_loaders)}"
-            )
-        adapter.configure_determinism()
-        adapter.seed(config.seed)
-        adapter.autocast(config.precision)  # fails now, not mid-run, if the precision is unsupported
+        prepare_device(config, adapter)
         workload = load_workload(config.workload)(config, adapter)
         emit_event(phase="workload setup")
         workload.setup()
@@ -139,6 +132,19 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
                 dist.destroy_process_group()
         result.ended_at = time.time()
     return result
+
+
+def prepare_device(config: RunConfig, adapter: Any) -> None:
+    """Refuse a loader or precision the device does not run (never swap it), then make it deterministic
+    and seed every RNG. Shared by the run process and the pytest plugin."""
+    if config.loader not in adapter.supported_loaders:
+        raise SuiteError(
+            f"loader {config.loader!r} is not supported on {config.device}; "
+            f"supported: {', '.join(adapter.supported_loaders)}"
+        )
+    adapter.autocast(config.precision)  # fails now, not mid-run, if the precision is unsupported
+    adapter.configure_determinism()
+    adapter.seed(config.seed)
 
 
 def _aggregate_ranks(result: RunResult, rank: Rank) -> None:

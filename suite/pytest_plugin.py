@@ -54,7 +54,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 def run_benchmark(benchmark: Any, config: RunConfig) -> RunResult:
     """Run ``config`` (batch size resolved) in this process under ``benchmark.pedantic``."""
-    from suite.execute import TrainingSteps
+    from suite.execute import TrainingSteps, prepare_device
     from suite.registry import load_device, load_workload
     from suite.trackers.host_ram import HostRamSampler
 
@@ -65,8 +65,7 @@ def run_benchmark(benchmark: Any, config: RunConfig) -> RunResult:
     workload = None
     try:
         adapter.setup()
-        adapter.configure_determinism()
-        adapter.seed(config.seed)
+        prepare_device(config, adapter)
         workload = workload_cls(config, adapter)
         workload.setup()
         steps = TrainingSteps(config, adapter, workload, losses=result.losses)
