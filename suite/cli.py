@@ -9,6 +9,9 @@ and writes ``results.json`` in the output directory. ``suite list`` shows worklo
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import os
 import signal
 import sys
 import time
@@ -18,6 +21,7 @@ from typing import Any, Callable, Sequence
 from suite.audit import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
 from suite.config import DEFAULT_SEED, DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, LOADERS, PRECISIONS, MatrixSpec, RunConfig
 from suite.errors import ConfigError, SuiteError
+from suite.fileio import write_json_atomic
 from suite.results import FINISHED, RunResult
 from suite.scoring import ConfigScore
 
@@ -97,8 +101,9 @@ def build_parser(suppress_run_defaults: bool = False) -> argparse.ArgumentParser
     run.add_argument("--workers", type=_parse_list(_non_negative_int, "worker counts"), default=(0, 1, 2),
                      help="dataloader_num_workers values, comma-separated (default: 0,1,2)")
     run.add_argument("--loader", dest="loaders", type=_parse_list(_choice(LOADERS), "loaders"), default=("cpu",),
-                     help="cpu: decode+preprocess in loader workers (the reference); device: workers read "
-                          "encoded bytes, the device decodes. Comma-separated (default: cpu)")
+                     help="cpu: decode+preprocess in loader workers (the reference); cpu-fast: the same with our "
+                          "faster pipeline of equal output; device: workers read encoded bytes, the device "
+                          "decodes. Comma-separated (default: cpu)")
     run.add_argument("--precision", dest="precisions", type=_parse_list(_choice(PRECISIONS), "precisions"),
                      default=("fp32",), help="fp32 and/or bf16 (autocast), comma-separated (default: fp32)")
     run.add_argument("--steps", type=_int_at_least(1), default=DEFAULT_STEPS,
@@ -112,6 +117,8 @@ def build_parser(suppress_run_defaults: bool = False) -> argparse.ArgumentParser
                      help="processes (devices) per configuration, launched with torchrun over the device's "
                           "distributed backend (gloo on CPU, nccl, hccl): global batch = batch size x N, global "
                           "throughput over the slowest rank, host RAM summed over ranks (default: 1)")
+    run.add_argument("--prefetch-factor", type=_int_at_least(1), default=None,
+                     help="batches each loader worker prepares ahead (default: torch's, 2); see `suite tune`")
     run.add_argument("--repeats", type=_int_at_least(1), default=1,
                      help="run each configuration N times, each in a fresh process, and score it the MLPerf way "
                           "(drop the highest and lowest throughput, mean of the rest; spread as CV) (default: 1)")
@@ -190,6 +197,74 @@ def build_parser(suppress_run_defaults: bool = False) -> argparse.ArgumentParser
     compare.add_argument("--reference", default=None,
                          help="published results name (e.g. bridgetower_hf_blog_2023) or path")
     compare.add_argument("--tracking-uri", default=None, help="MLflow store (default: as `suite run`)")
+
+    tune = sub.add_parser(
+        "tune", help="find the smallest dataloader_num_workers / prefetch factor within a few %% of the best",
+        description="Run one configuration over dataloader_num_workers 0..--max-workers and, for workers > 0, "
+                    "each --prefetch-factors value (each a recorded run, as `suite run`), recommend the smallest "
+                    "setting whose throughput is within --tolerance of the best, and plot throughput and host PSS "
+                    "(tune.png, tune.json; logged to the MLflow tune run with the pick as tags).")
+    tune.add_argument("--workload", default=DEFAULT_WORKLOAD)
+    tune.add_argument("--preset", default=None)
+    tune.add_argument("--device", default="cpu")
+    tune.add_argument("--loader", type=_choice(LOADERS), default="cpu")
+    tune.add_argument("--precision", type=_choice(PRECISIONS), default="fp32")
+    tune.add_argument("--max-workers", type=_non_negative_int, default=None,
+                      help="largest num_workers tried (default: the core count)")
+    tune.add_argument("--prefetch-factors", type=_parse_list(_int_at_least(1), "prefetch factors"), default=(2,),
+                      help="prefetch factors tried for workers > 0, comma-separated (default: 2, torch's)")
+    tune.add_argument("--tolerance", type=float, default=0.05,
+                      help="a setting within this fraction of the best throughput is good enough (default: 0.05)")
+    tune.add_argument("--steps", type=_int_at_least(1), default=20, help="measured steps per setting (default: 20)")
+    tune.add_argument("--warmup-steps", type=_int_at_least(0), default=DEFAULT_WARMUP_STEPS)
+    tune.add_argument("--batch-size", type=_int_at_least(1), default=None)
+    tune.add_argument("--seed", type=_int_at_least(0), default=DEFAULT_SEED)
+    tune.add_argument("--dataset", default=None)
+    tune.add_argument("--output", type=Path, default=None, help="default: ./suite-results/tune-<time>")
+    tune.add_argument("--tracking-uri", default=None)
+    tune.add_argument("--experiment", default=None)
+    tune.add_argument("--system-metrics-interval", type=float, default=1.0, metavar="SECONDS")
+    tune.add_argument("--no-progress", action="store_true")
+
+    bench = sub.add_parser(
+        "bench-loader", help="the reference input pipeline vs ours (closed: same output; open: PSNR) in one run",
+        description="Measure the workload's image input pipelines side by side on the same images in one run: "
+                    "images/s per worker and end-to-end batches/s through a DataLoader, in interleaved rounds; "
+                    "ratios to the reference pipeline and fidelity (closed: max deviation, open: PSNR).")
+    bench.add_argument("--workload", default=DEFAULT_WORKLOAD)
+    bench.add_argument("--dataset", default=None, help="as `suite run` (default: synthetic)")
+    bench.add_argument("--images", type=_int_at_least(1), default=480, help="images per pass (default: 480)")
+    bench.add_argument("--image-size", type=_int_at_least(8), default=294,
+                       help="output side (default: 294, the published recipe's)")
+    bench.add_argument("--batch-size", type=_int_at_least(1), default=48, help="default: 48, the reference's")
+    bench.add_argument("--num-workers", type=_non_negative_int, default=None, help="default: the core count")
+    bench.add_argument("--rounds", type=_int_at_least(1), default=3,
+                       help="interleaved rounds; figures are medians over them (default: 3)")
+    bench.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
+    bench.add_argument("--output", type=Path, default=None, help="also write the JSON figures to this file")
+
+    overhead = sub.add_parser(
+        "bench-overhead", help="the suite's step time with every tracker on vs a bare hand-written loop",
+        description="Train one configuration in one process, alternating blocks of steps of a bare hand-written "
+                    "loop and of the suite's own step loop with every tracker on (synchronized step timer, "
+                    "MLPerf log, host RAM sampler in a separate process, MLflow system metrics); the overhead "
+                    "is the ratio of median step times. Also measures the host RAM sampler's own cost.")
+    overhead.add_argument("--workload", default=DEFAULT_WORKLOAD)
+    overhead.add_argument("--preset", default=None)
+    overhead.add_argument("--device", default="cpu")
+    overhead.add_argument("--loader", type=_choice(LOADERS), default="cpu")
+    overhead.add_argument("--precision", type=_choice(PRECISIONS), default="fp32")
+    overhead.add_argument("--workers", type=_non_negative_int, default=0, help="dataloader_num_workers (default: 0)")
+    overhead.add_argument("--steps", type=_int_at_least(1), default=10, help="steps per block (default: 10)")
+    overhead.add_argument("--blocks", type=_int_at_least(1), default=6,
+                          help="blocks of each kind, alternating (default: 6)")
+    overhead.add_argument("--warmup-steps", type=_int_at_least(0), default=DEFAULT_WARMUP_STEPS)
+    overhead.add_argument("--batch-size", type=_int_at_least(1), default=None)
+    overhead.add_argument("--dataset", default=None)
+    overhead.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
+    overhead.add_argument("--output", type=Path, default=None, help="also write the JSON figures to this file")
+
+    sub.add_parser("devices", help="every device adapter: availability, reason, detected hardware")
     return parser
 
 
@@ -362,52 +437,184 @@ def _merge_config_file(args: argparse.Namespace, argv: Sequence[str]) -> argpars
     return argparse.Namespace(**merged)
 
 
-def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from suite.environment import git_state, host_facts, package_versions
-    from suite.recorders import JsonResultsRecorder, MatrixInfo, MlflowRecorder, default_tracking_uri
+def _spec_from_args(args: argparse.Namespace) -> MatrixSpec:
     from suite.registry import load_workload
-    from suite.runner import resolve, run_matrix
 
-    args = _merge_config_file(args, argv)
     preset = args.preset or load_workload(args.workload).default_preset
-    spec = MatrixSpec.from_dict(dict(
+    return MatrixSpec.from_dict(dict(
         workload=args.workload, preset=preset, devices=args.devices, workers=args.workers,
         loaders=args.loaders, precisions=args.precisions, steps=args.steps,
         warmup_steps=args.warmup_steps, seed=args.seed, batch_size=args.batch_size, dataset=args.dataset,
-        weights=args.weights, skip_bad_samples=args.skip_bad_samples, nproc_per_node=args.nproc_per_node))
-    workload_cls, configs = resolve(spec)
+        weights=args.weights, skip_bad_samples=args.skip_bad_samples, nproc_per_node=args.nproc_per_node,
+        prefetch_factor=args.prefetch_factor))
+
+
+@dataclasses.dataclass
+class _MatrixRun:
+    outcome: Any
+    output: Path
+    tracking_uri: str
+    mlflow: Any
+    where: dict[str, Any]
+
+
+def _run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: argparse.Namespace,
+                  argv: Sequence[str], kind: str = "matrix") -> _MatrixRun:
+    """Run ``configs`` (default: the matrix of ``spec``) recorded in MLflow and results.json; print tables."""
+    from suite.environment import git_state, host_facts, package_versions
+    from suite.recorders import JsonResultsRecorder, MatrixInfo, MlflowRecorder, default_tracking_uri
+    from suite.runner import resolve, run_matrix
+
+    workload_cls, resolved = resolve(spec)
+    if configs is not None:  # same resolution (batch size from the preset) for a hand-made list
+        resolved = [dataclasses.replace(c, batch_size=resolved[0].batch_size) for c in configs]
     tracking_uri = args.tracking_uri or default_tracking_uri()
     check_tracking_uri(tracking_uri)
-    prepared = workload_cls.prepare(configs[0])
+    prepared = workload_cls.prepare(resolved[0])
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    output = args.output or Path("suite-results") / stamp
+    output = args.output or Path("suite-results") / (stamp if kind == "matrix" else f"{kind}-{stamp}")
     tags = {f"version.{k}": v for k, v in package_versions().items()}
     tags.update({k: str(v) for k, v in git_state().items()})
     tags.update({f"host.{k}": str(v) for k, v in host_facts().items()})
+    tags["suite.kind"] = kind
     params = {k: str(v) for k, v in vars(spec).items()}
     params["memory_limit_gib"] = str(args.memory_limit)
     params.update({f"prepared.{k}": str(v) for k, v in prepared.items()})
-    info = MatrixInfo(name=f"{spec.workload}-{spec.preset}-{stamp}", workload=spec.workload,
-                      command=["suite", *argv], output_dir=output, repeats=args.repeats,
+    name = f"{spec.workload}-{spec.preset}-{stamp}" if kind == "matrix" else f"{kind}-{spec.workload}-{stamp}"
+    info = MatrixInfo(name=name, workload=spec.workload, command=["suite", *argv], output_dir=output,
+                      repeats=args.repeats,
                       memory_limit_bytes=int(args.memory_limit * 2**30) if args.memory_limit else None,
                       experiment=args.experiment, tags=tags, params=params)
     mlflow_recorder = MlflowRecorder(tracking_uri, args.experiment,
                                      system_metrics_interval_s=args.system_metrics_interval or None)
     json_recorder = JsonResultsRecorder(output)
-    display = PlainProgress() if args.no_progress else RichProgress(len(configs) * args.repeats)
-    print(f"suite: {len(configs)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
+    display = PlainProgress() if args.no_progress else RichProgress(len(resolved) * args.repeats)
+    print(f"suite: {len(resolved)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
     with display:
-        outcome = run_matrix(configs, output, [mlflow_recorder, json_recorder], info, display)
+        outcome = run_matrix(resolved, output, [mlflow_recorder, json_recorder], info, display)
     print_results_table(outcome.results)
     if args.repeats > 1:
         print_scores_table(outcome.scores)
     where = {**json_recorder.describe(), **mlflow_recorder.describe()}
-    print("\n".join(f"{k}: {v}" for k, v in where.items()))
     for error in outcome.recorder_errors:
         print(f"suite: error: {error}\nsuite: results.json holds every run; record them into MLflow with: "
               f"suite upload {output} --tracking-uri {tracking_uri}", file=sys.stderr)
-    return 0 if outcome.status == FINISHED and not outcome.recorder_errors else 1
+    return _MatrixRun(outcome, output, tracking_uri, mlflow_recorder, where)
+
+
+def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    args = _merge_config_file(args, argv)
+    run = _run_recorded(_spec_from_args(args), None, args, argv)
+    print("\n".join(f"{k}: {v}" for k, v in run.where.items()))
+    return 0 if run.outcome.status == FINISHED and not run.outcome.recorder_errors else 1
+
+
+def _cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from suite import tune
+
+    max_workers = args.max_workers if args.max_workers is not None else (os.cpu_count() or 1)
+    args.workers = tuple(range(0, max_workers + 1))
+    args.devices, args.loaders, args.precisions = (args.device,), (args.loader,), (args.precision,)
+    args.prefetch_factor, args.nproc_per_node, args.weights, args.skip_bad_samples = None, 1, None, False
+    args.repeats, args.memory_limit = 1, None
+    spec = _spec_from_args(args)
+    configs = tune.sweep_configs(spec, args.prefetch_factors)
+    run = _run_recorded(spec, configs, args, argv, kind="tune")
+    outcome = tune.analyse(run.outcome.results, args.tolerance)
+    title = (f"suite tune: {spec.workload}/{spec.preset} on {args.device}, loader {args.loader}, "
+             f"{args.precision}, batch {run.outcome.results[0].config['batch_size']}")
+    png = tune.plot(outcome, run.output / "tune.png", title)
+    summary = run.output / "tune.json"
+    write_json_atomic(summary, outcome.to_dict())
+    if run.mlflow.parent_run_id and not run.outcome.recorder_errors:
+        tune.log_to_mlflow(run.tracking_uri, run.mlflow.parent_run_id, outcome, [png, summary])
+    best, pick = outcome.best, outcome.recommended
+    print(f"best: {best.label} ({best.throughput_samples_per_s:.1f} samples/s)\n"
+          f"recommended: {pick.label} ({pick.throughput_samples_per_s:.1f} samples/s, within "
+          f"{args.tolerance:.0%} of the best, host PSS {(pick.host_ram_peak_pss_bytes or 0) / 2**20:.0f} MiB)\n"
+          f"plot: {png}\nsummary: {summary}")
+    print("\n".join(f"{k}: {v}" for k, v in run.where.items()))
+    return 0 if run.outcome.status == FINISHED and not run.outcome.recorder_errors else 1
+
+
+def _cmd_bench_loader(args: argparse.Namespace) -> int:
+    from suite.registry import load_workload
+
+    figures = load_workload(args.workload).loader_benchmark(
+        dict(dataset=args.dataset, images=args.images, image_size=args.image_size, batch_size=args.batch_size,
+             num_workers=args.num_workers, rounds=args.rounds),
+        progress=(lambda message: None) if args.json else (lambda message: print(f"  {message}", file=sys.stderr)))
+    if args.output:
+        write_json_atomic(args.output, figures)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"input pipelines, {figures['settings']['num_workers']} worker(s), batch "
+                        f"{figures['settings']['batch_size']}, image {figures['settings']['image_size']}")
+    for column in ("pipeline", "images/s per worker", "end-to-end images/s", "batches/s", "vs reference"):
+        table.add_column(column, justify="left" if column == "pipeline" else "right")
+    reference = figures["pipelines"]["reference"]["end_to_end_batches_per_s"]
+    for name, row in figures["pipelines"].items():
+        table.add_row(name, f"{row['images_per_s_per_worker']:.0f}", f"{row['end_to_end_images_per_s']:.0f}",
+                      f"{row['end_to_end_batches_per_s']:.2f}", f"{row['end_to_end_batches_per_s'] / reference:.2f}x")
+    Console().print(table)
+    fidelity = figures["fidelity"]
+    print(f"closed: max deviation from the reference {fidelity['closed_max_abs_error']:.2g} after normalization "
+          f"({'within' if fidelity['closed_within_tolerance'] else 'NOT within'} 1/255); "
+          f"open: PSNR {figures['open_psnr_db']:.1f} dB against the reference")
+    return 0
+
+
+def _cmd_bench_overhead(args: argparse.Namespace) -> int:
+    from suite.overhead import run_overhead
+    from suite.registry import load_workload
+    from suite.runner import resolve
+
+    preset = args.preset or load_workload(args.workload).default_preset
+    spec = MatrixSpec(workload=args.workload, preset=preset, devices=(args.device,), workers=(args.workers,),
+                      loaders=(args.loader,), precisions=(args.precision,), steps=args.steps,
+                      warmup_steps=args.warmup_steps, batch_size=args.batch_size, dataset=args.dataset)
+    workload_cls, (config,) = resolve(spec)
+    workload_cls.prepare(config)
+    figures = run_overhead(config, args.blocks, progress=(lambda message: None) if args.json
+                           else (lambda message: print(f"  {message}", file=sys.stderr)))
+    if args.output:
+        write_json_atomic(args.output, figures)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return 0
+    sampler = figures["ram_sampler"]
+    print(f"bare loop: {figures['bare_step_time_s'] * 1000:.1f} ms/step; suite with every tracker: "
+          f"{figures['suite_step_time_s'] * 1000:.1f} ms/step; overhead {figures['overhead_fraction']:+.2%} "
+          f"(median over {args.blocks} pairs of alternating blocks of {args.steps} steps)\n"
+          f"host RAM sampler: RSS {sampler['rss_sample_cpu_s'] * 1000:.2f} ms CPU every "
+          f"{sampler['interval_s'] * 1000:.0f} ms, PSS {sampler['pss_sample_cpu_s'] * 1000:.1f} ms CPU every "
+          f"{sampler['pss_interval_s']:.1f} s = {sampler['cpu_fraction_of_one_core']:.1%} of one core "
+          f"({sampler['cpu_fraction_of_one_core_if_pss_every_sample']:.0%} if PSS were read every sample)")
+    return 0
+
+
+def _cmd_devices() -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from suite.registry import device_names, load_device
+
+    table = Table(title="device adapters")
+    for column in ("device", "available", "reason", "detected", "backend", "loaders"):
+        table.add_column(column)
+    for name in device_names():
+        cls = load_device(name)
+        avail = cls.availability()
+        detected = ", ".join(f"{k}={v}" for k, v in avail.details.items())
+        table.add_row(name, "yes" if avail.available else "no", avail.reason or "-", detected or "-",
+                      cls.distributed_backend, ",".join(cls.supported_loaders))
+    Console(width=max(Console().width, 160)).print(table)
+    return 0
 
 
 def _cmd_list() -> int:
@@ -462,7 +669,6 @@ def _print_checks(report: Any) -> None:
 
 def _cmd_audit(args: argparse.Namespace) -> int:
     from suite.audit import audit_recorded, audit_reference, log_audit_to_mlflow
-    from suite.fileio import write_json_atomic
     from suite.recorders import default_tracking_uri
 
     target = Path(args.target)
@@ -582,6 +788,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _cmd_run(args, argv)
+        if args.command == "tune":
+            return _cmd_tune(args, argv)
+        if args.command == "bench-loader":
+            return _cmd_bench_loader(args)
+        if args.command == "bench-overhead":
+            return _cmd_bench_overhead(args)
+        if args.command == "devices":
+            return _cmd_devices()
         if args.command == "audit":
             return _cmd_audit(args)
         if args.command == "compare":

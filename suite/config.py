@@ -15,8 +15,9 @@ from typing import Any, ClassVar, Mapping
 from suite.errors import ConfigError
 
 #: Loaders: ``cpu`` decodes and preprocesses images in DataLoader workers (the reference method);
+#: ``cpu-fast`` does the same in the workers with the workload's faster pipeline of equal output;
 #: ``device`` ships encoded image bytes and decodes them on the device.
-LOADERS = ("cpu", "device")
+LOADERS = ("cpu", "cpu-fast", "device")
 #: ``fp32``: no autocast; ``bf16``: bfloat16 autocast (mixed precision), as in the reference.
 PRECISIONS = ("fp32", "bf16")
 
@@ -56,6 +57,7 @@ class RunSettings:
     weights: str | None = None
     skip_bad_samples: bool = False
     nproc_per_node: int = 1  # processes (devices) per node, launched with torchrun when > 1
+    prefetch_factor: int | None = None  # batches each loader worker prepares ahead; None: torch's default (2)
 
     def __post_init__(self) -> None:
         _require_name("workload", self.workload)
@@ -72,6 +74,8 @@ class RunSettings:
         if not isinstance(self.skip_bad_samples, bool):
             raise ConfigError(f"skip_bad_samples must be true or false, got {self.skip_bad_samples!r}")
         _require_int("nproc_per_node", self.nproc_per_node, 1)
+        if self.prefetch_factor is not None:
+            _require_int("prefetch_factor", self.prefetch_factor, 1)
 
     def settings(self) -> dict[str, Any]:
         """The shared fields, by name."""
@@ -104,6 +108,7 @@ class RunConfig(RunSettings):
         return (
             f"{self.workload}-{self.preset}-{self.device}-nw{self.num_workers}"
             f"-{self.loader}-{self.precision}" + (f"-np{self.nproc_per_node}" if self.nproc_per_node > 1 else "")
+            + (f"-pf{self.prefetch_factor}" if self.prefetch_factor is not None else "")
         )
 
     def to_dict(self) -> dict[str, Any]:

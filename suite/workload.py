@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping
 
 if TYPE_CHECKING:
     import torch
@@ -44,6 +44,18 @@ class Workload(ABC):
         Returns facts worth recording for the whole matrix (e.g. where the dataset lives).
         """
         return {}
+
+    @classmethod
+    def loader_benchmark(cls, options: Mapping[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
+        """``suite bench-loader``: the workload's input pipelines side by side (see its documentation).
+
+        ``options``: dataset, images, image_size, batch_size, num_workers (None: every core), rounds.
+        Returns JSON-ready figures with at least ``closed_vs_reference``, ``open_vs_reference``,
+        ``open_psnr_db``, ``pipelines`` and ``settings``.
+        """
+        from suite.errors import SuiteError
+
+        raise SuiteError(f"workload {cls.name!r} has no input-pipeline benchmark")
 
     def __init__(self, config: "RunConfig", device: "DeviceAdapter") -> None:
         self.config = config

@@ -118,7 +118,7 @@ def test_cpu_and_device_loader_paths_give_the_same_pixels(tmp_path):
     cpu_batch = collate([cpu_items[i] for i in range(4)])
     dev_batch = collate([dev_items[i] for i in range(4)])
     decoded = torch.stack([preprocess_image(i, 64) for i in adapter.decode_images(dev_batch["encoded_images"])])
-    assert torch.equal(cpu_batch["pixel_values"], decoded)
+    assert torch.equal(cpu_batch["images"], decoded)
 
 
 def test_loader_order_is_seeded_and_independent_of_workers(tmp_path):
@@ -157,7 +157,7 @@ def test_every_image_mode_becomes_rgb_and_bad_files_are_named(tmp_path):
     ids = torch.zeros(len(source), 4, dtype=torch.long)
     items = CaptionedImages(source, ids, ids, "cpu", 32)
     for index in range(6):
-        assert items[index]["pixel_values"].shape == (3, 32, 32)
+        assert items[index]["images"].shape == (3, 32, 32)
     for index, name in [(6, "not-an-image.jpg"), (7, "truncated.jpg"), (8, "missing.jpg")]:
         with pytest.raises(DatasetError, match=rf"cannot (decode|read) image .*{name}"):
             items[index]

@@ -57,7 +57,7 @@ class DeviceAdapter(ABC):
     #: torch.distributed backend for multi-device runs (gloo, nccl, hccl).
     distributed_backend: ClassVar[str]
     #: Loaders this device supports (see :data:`suite.config.LOADERS`).
-    supported_loaders: ClassVar[tuple[str, ...]] = ("cpu", "device")
+    supported_loaders: ClassVar[tuple[str, ...]] = ("cpu", "cpu-fast", "device")
 
     def __init__(self, local_rank: int = 0) -> None:
         self.local_rank = local_rank

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 import torch
 
@@ -64,11 +64,18 @@ class BridgeTowerWorkload(Workload):
             raise SuiteError(f"weights path does not exist: {config.weights}")
         return {"dataset": source.describe()}
 
+    @classmethod
+    def loader_benchmark(cls, options: Mapping[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
+        from workloads.bridgetower.bench_loader import LoaderBenchOptions, run_loader_benchmark
+
+        return run_loader_benchmark(LoaderBenchOptions(**options), progress)
+
     def __init__(self, config: RunConfig, device: Any) -> None:
         super().__init__(config, device)
         self.preset = PRESETS[config.preset]
         self._facts: dict[str, Any] = {}
         self._loader: Any = None
+        self._pipeline: Any = None
         self._skipped = 0
 
     def setup(self) -> None:
@@ -108,9 +115,11 @@ class BridgeTowerWorkload(Workload):
         )
         self.image_size = int(model.config.vision_config.image_size)  # `model`: unwrapped by DDP
         dataset = CaptionedImages(source, encoded["input_ids"], encoded["attention_mask"], config.loader,
-                                  self.image_size)
+                                  self.image_size, self.device.torch_device.type)
+        self._pipeline = dataset.pipeline
         self._loader = make_loader(dataset, config.batch_size, config.num_workers, config.seed,
-                                   pin_memory=self.device.torch_device.type == "cuda")
+                                   pin_memory=self.device.torch_device.type == "cuda",
+                                   prefetch_factor=config.prefetch_factor)
         self._facts.update(
             dataset=source.describe(),
             dataset_fingerprint=source.fingerprint(),
@@ -119,6 +128,9 @@ class BridgeTowerWorkload(Workload):
             max_seq_length=preset.max_seq_length,
             image_size=self.image_size,
             image_preprocessing="resize-shorter-bicubic-antialias+center-crop+clip-normalize (torch ops)",
+            image_pipeline=(dataset.pipeline.name if dataset.pipeline else "device-decode"),
+            image_pipeline_description=(dataset.pipeline.description if dataset.pipeline else
+                                        "encoded bytes from the workers, decoded and preprocessed on the device"),
             image_mean=list(CLIP_MEAN),
             image_std=list(CLIP_STD),
             optimizer=f"torch.optim.AdamW(lr={preset.learning_rate}, eps={preset.adam_epsilon}, "
@@ -135,8 +147,8 @@ class BridgeTowerWorkload(Workload):
         return int(batch["input_ids"].shape[0])
 
     def _pixel_values(self, batch: Any) -> torch.Tensor:
-        if "pixel_values" in batch:
-            return self.device.to_device(batch["pixel_values"])
+        if "images" in batch:  # a worker-side pipeline ran; its device stage finishes the batch
+            return self._pipeline.device_stage(batch["images"], self.device.torch_device)
         images = self.device.decode_images(batch["encoded_images"])
         return torch.stack([preprocess_image(image, self.image_size) for image in images])
 

@@ -1,9 +1,11 @@
-"""The torch Dataset and DataLoader for both loaders.
+"""The torch Dataset and DataLoader for every loader.
 
-* ``cpu`` loader (the reference method): workers decode and preprocess; batches carry float
-  ``pixel_values``.
-* ``device`` loader: workers only read encoded bytes; the device decodes and preprocesses them inside
-  the training step. ``num_workers`` keeps its meaning (processes reading bytes).
+* ``cpu`` loader (the reference method): workers run the ``reference`` image pipeline (decode and
+  preprocess); batches carry its output under ``images``, finished by its device stage.
+* ``cpu-fast`` loader: the same with our ``closed`` pipeline (equal output within float16 rounding,
+  see :mod:`.pipelines`).
+* ``device`` loader: workers only read encoded bytes (``encoded_images``); the device decodes and
+  preprocesses them inside the training step. ``num_workers`` keeps its meaning (processes reading bytes).
 
 Order is deterministic: a seeded sampler generator and per-worker seeding, so the loss trajectory is
 the same for every ``num_workers``.
@@ -16,22 +18,26 @@ from typing import Any, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, default_collate
 
 from suite.errors import DatasetError
-from suite.imaging import decode_to_rgb_tensor
 
+from workloads.bridgetower.data.pipelines import ClosedPipeline, ImagePipeline, ReferencePipeline
 from workloads.bridgetower.data.sources import ImageCaptionSource
-from workloads.bridgetower.preprocessing import preprocess_image
+
+#: The image pipeline each worker-side loader runs.
+LOADER_PIPELINES: dict[str, type[ImagePipeline]] = {"cpu": ReferencePipeline, "cpu-fast": ClosedPipeline}
 
 
 class CaptionedImages(Dataset):
     def __init__(self, source: ImageCaptionSource, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 loader: str, image_size: int) -> None:
+                 loader: str, image_size: int, device_type: str = "cpu") -> None:
         if len(source) != len(input_ids):
             raise ValueError("one tokenized caption per sample is required")
         self.source, self.input_ids, self.attention_mask = source, input_ids, attention_mask
         self.loader, self.image_size = loader, image_size
+        self.pipeline: ImagePipeline | None = (LOADER_PIPELINES[loader](image_size, device_type)
+                                               if loader in LOADER_PIPELINES else None)
 
     def __len__(self) -> int:
         return len(self.source)
@@ -39,27 +45,26 @@ class CaptionedImages(Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         data = self.source.read_bytes(index)
         item: dict[str, Any] = {"input_ids": self.input_ids[index], "attention_mask": self.attention_mask[index]}
-        if self.loader == "device":
-            item["encoded_image"] = data
+        if self.pipeline is None:
+            item["encoded_images"] = data
             return item
         try:
-            image = decode_to_rgb_tensor(data)
+            item["images"] = self.pipeline.worker_stage(data)
         except Exception as exc:  # noqa: BLE001 - any decode failure names the file
             raise DatasetError(f"cannot decode image {self.source.name_of(index)}: {exc}") from exc
-        item["pixel_values"] = preprocess_image(image, self.image_size)
         return item
+
+    def worker_init(self, worker_id: int) -> None:
+        """``worker_init_fn``: seed the worker, then let the pipeline set itself up."""
+        seed_worker(worker_id)
+        if self.pipeline is not None:
+            self.pipeline.worker_init()
 
 
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
-    batch: dict[str, Any] = {
-        "input_ids": torch.stack([i["input_ids"] for i in items]),
-        "attention_mask": torch.stack([i["attention_mask"] for i in items]),
-    }
-    if "pixel_values" in items[0]:
-        batch["pixel_values"] = torch.stack([i["pixel_values"] for i in items])
-    else:
-        batch["encoded_images"] = [i["encoded_image"] for i in items]
-    return batch
+    """torch's default collation: tensors stacked (straight into shared memory inside a worker), encoded
+    images kept as a list of bytes."""
+    return default_collate(items)
 
 
 def seed_worker(worker_id: int) -> None:
@@ -70,7 +75,7 @@ def seed_worker(worker_id: int) -> None:
 
 
 def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, seed: int,
-                pin_memory: bool = False) -> DataLoader:
+                pin_memory: bool = False, prefetch_factor: int | None = None) -> DataLoader:
     """A seeded loader; under torch.distributed, each rank reads its own shard (DistributedSampler)."""
     import torch.distributed as dist
 
@@ -91,10 +96,11 @@ def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, see
         num_workers=num_workers,
         collate_fn=collate,
         drop_last=True,  # every step has exactly the recorded batch size
-        worker_init_fn=seed_worker,
+        worker_init_fn=dataset.worker_init,
         generator=generator,
         persistent_workers=num_workers > 0,
         pin_memory=pin_memory,
+        prefetch_factor=prefetch_factor if num_workers > 0 else None,
     )
 
 

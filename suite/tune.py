@@ -1,0 +1,159 @@
+"""``suite tune``: find the loader setting by experiment.
+
+The reference's lesson is that the best ``dataloader_num_workers`` depends on the machine and must be
+measured. ``suite tune`` runs one configuration over ``num_workers`` 0..N (N = the core count by default)
+and, for N > 0, over prefetch factors, each as an ordinary recorded run of the suite (fresh process,
+MLflow, results.json); then it recommends the *smallest* setting whose throughput is within a tolerance
+of the best one (fewer workers cost host RAM and cores the training step could use), and plots the sweep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from suite.config import MatrixSpec, RunConfig
+from suite.errors import ConfigError
+from suite.results import FINISHED, RunResult
+
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class TunePoint:
+    num_workers: int
+    prefetch_factor: int | None
+    status: str
+    throughput_samples_per_s: float | None = None
+    host_ram_peak_pss_bytes: float | None = None
+    data_wait_fraction: float | None = None
+    reason: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"workers={self.num_workers}" + (f", prefetch={self.prefetch_factor}"
+                                                if self.prefetch_factor is not None else "")
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    points: list[TunePoint]
+    best: TunePoint
+    recommended: TunePoint
+    tolerance: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tolerance": self.tolerance,
+            "best": dataclasses.asdict(self.best),
+            "recommended": dataclasses.asdict(self.recommended),
+            "points": [dataclasses.asdict(p) for p in self.points],
+            "rule": "smallest num_workers (then prefetch factor, then host PSS) with throughput >= "
+                    "(1 - tolerance) x best",
+        }
+
+
+def sweep_configs(spec: MatrixSpec, prefetch_factors: Sequence[int]) -> list[RunConfig]:
+    """One configuration per (workers, prefetch factor); workers 0 has no prefetching, so it runs once."""
+    if len(spec.devices) != 1 or len(spec.loaders) != 1 or len(spec.precisions) != 1:
+        raise ConfigError("suite tune sweeps one device, loader and precision at a time")
+    if not prefetch_factors or any(p < 1 for p in prefetch_factors):
+        raise ConfigError(f"prefetch factors must be integers >= 1, got {list(prefetch_factors)}")
+    configs = []
+    for workers in sorted(spec.workers):
+        for prefetch in ([None] if workers == 0 else sorted(set(prefetch_factors))):
+            base = dataclasses.replace(spec, workers=(workers,), prefetch_factor=prefetch)
+            configs.extend(base.expand())
+    return configs
+
+
+def analyse(results: Sequence[RunResult], tolerance: float) -> TuneOutcome:
+    """Best and recommended settings over the finished runs; raises if none finished."""
+    if not 0 <= tolerance < 1:
+        raise ConfigError(f"tolerance must be in [0, 1), got {tolerance}")
+    points = []
+    for result in results:
+        config, m = result.config, result.metrics
+        points.append(TunePoint(
+            num_workers=config["num_workers"], prefetch_factor=config.get("prefetch_factor"), status=result.status,
+            throughput_samples_per_s=m.get("throughput_samples_per_s"),
+            host_ram_peak_pss_bytes=m.get("host_ram_peak_pss_bytes"),
+            data_wait_fraction=m.get("data_wait_fraction"), reason=result.reason or ""))
+    finished = [p for p in points if p.status == FINISHED and p.throughput_samples_per_s is not None]
+    if not finished:
+        raise ConfigError("no configuration of the sweep finished; see the reasons in results.json")
+    best = max(finished, key=lambda p: p.throughput_samples_per_s or 0.0)
+    threshold = (1 - tolerance) * (best.throughput_samples_per_s or 0.0)
+    good = [p for p in finished if (p.throughput_samples_per_s or 0.0) >= threshold]
+    recommended = min(good, key=lambda p: (p.num_workers, p.prefetch_factor or 0,
+                                           p.host_ram_peak_pss_bytes or float("inf")))
+    return TuneOutcome(points, best, recommended, tolerance)
+
+
+def plot(outcome: TuneOutcome, path: Path, title: str) -> Path:
+    """Throughput and host PSS against num_workers, one line per prefetch factor; the pick is marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    finished = [p for p in outcome.points if p.status == FINISHED and p.throughput_samples_per_s is not None]
+    zero = [p for p in finished if p.num_workers == 0]
+    factors = sorted({p.prefetch_factor for p in finished if p.prefetch_factor is not None})
+    fig, (speed, ram) = plt.subplots(1, 2, figsize=(12, 5))
+    for factor in factors or [None]:
+        line = sorted(zero + [p for p in finished if p.prefetch_factor == factor], key=lambda p: p.num_workers)
+        label = f"prefetch_factor={factor}" if factor is not None else "workers 0"
+        speed.plot([p.num_workers for p in line], [p.throughput_samples_per_s for p in line], marker="o", label=label)
+        ram.plot([p.num_workers for p in line], [(p.host_ram_peak_pss_bytes or float("nan")) / MiB for p in line],
+                 marker="o", label=label)
+    pick = outcome.recommended
+    speed.axhline((1 - outcome.tolerance) * (outcome.best.throughput_samples_per_s or 0), color="grey",
+                  linestyle=":", label=f"best - {outcome.tolerance:.0%}")
+    speed.scatter([pick.num_workers], [pick.throughput_samples_per_s], s=160, facecolors="none",
+                  edgecolors="red", linewidths=2, label=f"recommended: {pick.label}", zorder=5)
+    workers = sorted({p.num_workers for p in outcome.points})
+    for axis, ylabel, what in ((speed, "samples/s (measured steps)", "Throughput"),
+                               (ram, "MiB", "Host RAM peak (PSS, process + workers)")):
+        axis.set_title(what)
+        axis.set_xlabel("dataloader_num_workers")
+        axis.set_ylabel(ylabel)
+        axis.set_xticks(workers)
+        axis.set_ylim(bottom=0)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def log_to_mlflow(tracking_uri: str, run_id: str, outcome: TuneOutcome, files: Sequence[Path]) -> None:
+    """The sweep as metrics over num_workers (one series per prefetch factor), the pick as tags."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    now_ms = int(time.time() * 1000)
+    metrics = []
+    for point in outcome.points:
+        if point.status != FINISHED:
+            continue
+        suffix = "workers0" if point.prefetch_factor is None else f"pf{point.prefetch_factor}"
+        for name in ("throughput_samples_per_s", "host_ram_peak_pss_bytes", "data_wait_fraction"):
+            value = getattr(point, name)
+            if value is not None:
+                metrics.append(Metric(f"tune.{name}.{suffix}", float(value), now_ms, point.num_workers))
+    client.log_batch(run_id, metrics=metrics)
+    pick = outcome.recommended
+    client.set_tag(run_id, "suite.tune.recommended_num_workers", str(pick.num_workers))
+    client.set_tag(run_id, "suite.tune.recommended_prefetch_factor", str(pick.prefetch_factor))
+    client.set_tag(run_id, "suite.tune.best_num_workers", str(outcome.best.num_workers))
+    client.set_tag(run_id, "suite.tune.tolerance", str(outcome.tolerance))
+    for path in files:
+        client.log_artifact(run_id, str(path), artifact_path="tune")

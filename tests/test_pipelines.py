@@ -1,0 +1,140 @@
+"""Image pipelines: ours (closed) equals the reference within 1/255; the open one is measured by PSNR."""
+
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from suite.cli import main
+from suite.errors import DatasetError
+from workloads.bridgetower.bench_loader import CLOSED_TOLERANCE
+from workloads.bridgetower.data.loader import CaptionedImages, collate
+from workloads.bridgetower.data.pipelines import PIPELINES, decode_rgb_hwc, psnr_db
+from workloads.bridgetower.data.sources import ImageFolderSource, open_source
+from workloads.bridgetower.data.synthetic import ensure_synthetic
+
+SIZE = 294
+
+
+def _finish(name, images, device_type="cpu"):
+    """Worker stage then device stage; ``device_type`` decides where our pipelines normalize (the device
+    stage itself runs on the CPU here either way)."""
+    pipeline = PIPELINES[name](SIZE, device_type)
+    return pipeline.device_stage(torch.stack([pipeline.worker_stage(d) for d in images]), "cpu")
+
+
+@pytest.fixture(scope="module")
+def jpegs():
+    source = open_source(None)
+    return [source.read_bytes(i) for i in range(24)]
+
+
+def test_closed_pipeline_equals_the_reference_within_one_255th_after_normalization(jpegs):
+    reference = _finish("reference", jpegs)
+    for device_type in ("cpu", "cuda"):  # normalized in the workers, or float16 sent and normalized after
+        closed = _finish("closed", jpegs, device_type)
+        assert closed.dtype == torch.float32 and closed.shape == reference.shape == (24, 3, SIZE, SIZE)
+        assert float((closed - reference).abs().max()) <= CLOSED_TOLERANCE
+    # bicubic overshoot beyond [0, 1] is kept, as in the reference (a uint8 pipeline would clamp it)
+    assert float(reference.min()) < (0 - 0.4815) / 0.2686 - 0.05
+
+
+def _encode(image, fmt, **kwargs):
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **kwargs)
+    return buffer.getvalue()
+
+
+def test_closed_pipeline_handles_every_image_kind_like_the_reference():
+    rng = np.random.default_rng(0)
+    base = Image.fromarray(rng.integers(0, 255, (333, 401, 3), dtype=np.uint8))
+    images = [
+        _encode(base.convert("L"), "JPEG"),  # grayscale JPEG
+        _encode(base.convert("CMYK"), "JPEG"),  # CMYK JPEG: Pillow path
+        _encode(base, "PNG"),
+        _encode(base.convert("RGBA"), "PNG"),
+        _encode(base, "JPEG", quality=80, progressive=True),
+        _encode(base.resize((300, 500)), "JPEG"),  # portrait: the other pass order
+    ]
+    reference, closed = _finish("reference", images), _finish("closed", images)
+    assert float((closed - reference).abs().max()) <= CLOSED_TOLERANCE
+
+
+def test_jpeg_fast_path_decodes_the_same_pixels_as_pillow(jpegs):
+    for data in jpegs[:8]:
+        with Image.open(io.BytesIO(data)) as image:
+            assert np.array_equal(decode_rgb_hwc(data), np.asarray(image.convert("RGB")))
+
+
+def test_open_pipeline_differs_and_reports_its_fidelity(jpegs):
+    reference, opened = _finish("reference", jpegs), _finish("open", jpegs)
+    assert torch.allclose(_finish("open", jpegs, "cuda"), opened, atol=1e-5)  # uint8 sent: same result
+    assert opened.shape == reference.shape and opened.dtype == torch.float32
+    assert not torch.allclose(opened, reference, atol=CLOSED_TOLERANCE)
+    psnr = psnr_db(reference, opened)
+    assert 15 < psnr < 60
+    assert psnr_db(reference, reference) == float("inf")
+    assert psnr_db(reference, _finish("closed", jpegs)) > 60
+
+
+def test_a_broken_image_in_the_fast_loader_names_the_file(tmp_path):
+    root = ensure_synthetic(samples=4, seed=1, root=tmp_path / "data")
+    victim = root / "00002.jpg"
+    victim.write_bytes(victim.read_bytes()[:1500])
+    source = ImageFolderSource(root)
+    ids = torch.zeros(4, 8, dtype=torch.long)
+    dataset = CaptionedImages(source, ids, ids, "cpu-fast", 64)
+    assert dataset[0]["images"].dtype == torch.float32  # on the CPU device: normalized in the workers
+    for_accelerator = CaptionedImages(source, ids, ids, "cpu-fast", 64, device_type="cuda")
+    assert for_accelerator[0]["images"].dtype == torch.float16  # normalized on the device
+    with pytest.raises(DatasetError, match=f"cannot decode image {victim}"):
+        dataset[2]
+
+
+def test_fast_loader_batches_finish_to_the_reference_pixel_values(tmp_path):
+    source = ImageFolderSource(ensure_synthetic(samples=4, seed=2, root=tmp_path / "data"))
+    ids = torch.zeros(4, 8, dtype=torch.long)
+    reference = CaptionedImages(source, ids, ids, "cpu", 64)
+    fast = CaptionedImages(source, ids, ids, "cpu-fast", 64)
+    a = reference.pipeline.device_stage(collate([reference[i] for i in range(4)])["images"], "cpu")
+    b = fast.pipeline.device_stage(collate([fast[i] for i in range(4)])["images"], "cpu")
+    assert float((a - b).abs().max()) <= CLOSED_TOLERANCE
+
+
+def test_bench_loader_json_carries_the_ratios_and_psnr(capsys, tmp_path):
+    code = main(["bench-loader", "--images", "16", "--batch-size", "8", "--num-workers", "1", "--rounds", "1",
+                 "--image-size", "64", "--json", "--output", str(tmp_path / "loader.json")])
+    assert code == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures == json.loads((tmp_path / "loader.json").read_text())
+    for key in ("closed_vs_reference", "open_vs_reference", "open_psnr_db"):
+        assert isinstance(figures[key], float) and figures[key] > 0
+    assert set(figures["pipelines"]) == {"reference", "closed", "open"}
+    for row in figures["pipelines"].values():
+        assert row["end_to_end_batches_per_s"] > 0 and row["images_per_s_per_worker"] > 0
+        assert len(row["end_to_end_batches_per_s_rounds"]) == 1
+    ratio = figures["pipelines"]["closed"]["end_to_end_batches_per_s"] / figures["pipelines"]["reference"][
+        "end_to_end_batches_per_s"]
+    assert figures["closed_vs_reference"] == pytest.approx(ratio)
+    assert figures["fidelity"]["closed_within_tolerance"] is True
+    assert figures["settings"]["num_workers"] == 1 and figures["settings"]["batch_size"] == 8
+
+
+def test_bench_loader_refuses_more_images_than_the_dataset_has(capsys):
+    assert main(["bench-loader", "--images", "100000", "--json"]) == 2
+    assert "fewer than --images 100000" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_training_with_the_fast_loader_follows_the_reference_loss_trajectory(tmp_path):
+    code = main(["run", "--loader", "cpu,cpu-fast", "--workers", "1", "--steps", "4", "--warmup-steps", "1",
+                 "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"])
+    assert code == 0
+    reference, fast = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert reference["facts"]["workload"]["image_pipeline"] == "reference"
+    assert fast["facts"]["workload"]["image_pipeline"] == "closed"
+    assert fast["config"]["loader"] == fast["facts"]["loader_used"] == "cpu-fast"
+    assert fast["losses"] == pytest.approx(reference["losses"], rel=1e-3)

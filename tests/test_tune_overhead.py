@@ -1,0 +1,113 @@
+"""`suite tune` (worker auto-tuning) and `suite bench-overhead` (harness cost), and the RAM sampler's budget."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from suite.cli import main
+from suite.config import MatrixSpec
+from suite.errors import ConfigError
+from suite.results import FAILED, FINISHED, RunResult
+from suite.trackers.host_ram import HostRamSampler
+from suite.tune import analyse, sweep_configs
+
+
+def _result(workers, prefetch, throughput, pss=1e8, status=FINISHED):
+    return RunResult(config={"num_workers": workers, "prefetch_factor": prefetch}, status=status,
+                     metrics={"throughput_samples_per_s": throughput, "host_ram_peak_pss_bytes": pss})
+
+
+def test_tune_recommends_the_smallest_setting_within_tolerance_of_the_best():
+    results = [_result(0, None, 50.0), _result(1, 2, 96.0), _result(1, 4, 97.0), _result(2, 2, 100.0),
+               _result(3, 2, 0.0, status=FAILED)]
+    outcome = analyse(results, tolerance=0.05)
+    assert (outcome.best.num_workers, outcome.best.prefetch_factor) == (2, 2)
+    assert (outcome.recommended.num_workers, outcome.recommended.prefetch_factor) == (1, 2)
+    strict = analyse(results, tolerance=0.0)
+    assert (strict.recommended.num_workers, strict.recommended.prefetch_factor) == (2, 2)
+    assert len(outcome.to_dict()["points"]) == 5
+    with pytest.raises(ConfigError, match="no configuration of the sweep finished"):
+        analyse([_result(0, None, 0.0, status=FAILED)], 0.05)
+    with pytest.raises(ConfigError, match="tolerance"):
+        analyse(results, 1.5)
+
+
+def test_tune_sweep_runs_workers_zero_once_and_every_prefetch_factor_above():
+    spec = MatrixSpec(workload="bridgetower", preset="tiny", workers=(0, 1, 2))
+    configs = sweep_configs(spec, (2, 4))
+    assert [(c.num_workers, c.prefetch_factor) for c in configs] == [(0, None), (1, 2), (1, 4), (2, 2), (2, 4)]
+    assert len({c.config_id for c in configs}) == 5
+    with pytest.raises(ConfigError, match="one device, loader and precision"):
+        sweep_configs(MatrixSpec(workload="w", preset="p", loaders=("cpu", "device")), (2,))
+
+
+@pytest.mark.e2e
+def test_suite_tune_records_the_sweep_the_pick_and_the_plot(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    code = main(["tune", "--max-workers", "1", "--prefetch-factors", "1,2", "--steps", "2", "--warmup-steps", "1",
+                 "--output", str(tmp_path / "out"), "--tracking-uri", uri, "--no-progress"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "recommended: workers=" in out
+    summary = json.loads((tmp_path / "out" / "tune.json").read_text())
+    assert [(p["num_workers"], p["prefetch_factor"]) for p in summary["points"]] == [(0, None), (1, 1), (1, 2)]
+    assert (tmp_path / "out" / "tune.png").stat().st_size > 10_000
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [r["config"]["prefetch_factor"] for r in results] == [None, 1, 2]
+    client = MlflowClient(tracking_uri=uri)
+    (parent,) = client.search_runs(client.search_experiments()[0].experiment_id, "tags.`suite.kind` = 'tune' and tags.`suite.role` = 'matrix'")
+    pick = summary["recommended"]
+    assert parent.data.tags["suite.tune.recommended_num_workers"] == str(pick["num_workers"])
+    history = client.get_metric_history(parent.info.run_id, "tune.throughput_samples_per_s.pf2")
+    assert [m.step for m in history] == [1]
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "tune")}
+    assert artifacts == {"tune/tune.png", "tune/tune.json"}
+
+
+@pytest.mark.e2e
+def test_bench_overhead_json_compares_the_suite_loop_with_a_bare_loop():
+    proc = subprocess.run([sys.executable, "-m", "suite", "bench-overhead", "--steps", "2", "--blocks", "2",
+                           "--warmup-steps", "1", "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout)
+    assert isinstance(figures["overhead_fraction"], float)
+    assert len(figures["bare_step_time_s_blocks"]) == len(figures["suite_step_time_s_blocks"]) == 2
+    sampler = figures["ram_sampler"]
+    assert 0 < sampler["rss_sample_cpu_s"] < sampler["pss_sample_cpu_s"]
+    assert all(n >= 1 for n in sampler["samples_per_suite_block"])
+    assert 0 < figures["tracker_process_cpu_fraction_of_one_core"] < 1
+
+
+def test_ram_sampler_spaces_out_pss_readings_to_its_cpu_budget():
+    child = subprocess.Popen([sys.executable, "-c", "import time; b = b'x' * (200 * 2**20); time.sleep(30)"])
+    try:
+        time.sleep(0.5)
+        sampler = HostRamSampler(child.pid, interval_s=0.01, pss_cpu_budget=0.001).start()
+        time.sleep(1.0)
+        peak = sampler.stop()
+    finally:
+        child.kill()
+        child.wait()
+    # RSS every 10 ms; PSS only at the start, when its budget allows (cost / 0.1 % >> 1 s here), and at stop
+    assert peak.samples > 30
+    assert 2 <= sampler.pss_samples <= 3
+    assert peak.peak_pss_bytes is not None and peak.peak_pss_bytes > 150 * 2**20
+    assert peak.peak_rss_bytes > 150 * 2**20
+
+
+def test_ram_sampler_reads_pss_while_memory_grows_so_the_peak_is_not_missed():
+    script = ("import time; time.sleep(0.4); b = b'x' * (300 * 2**20); time.sleep(0.6); del b; time.sleep(30)")
+    child = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        sampler = HostRamSampler(child.pid, interval_s=0.01, pss_cpu_budget=0.001).start()
+        time.sleep(1.6)  # the 300 MB came and went; the budget alone would allow no PSS reading in between
+        peak = sampler.stop()
+    finally:
+        child.kill()
+        child.wait()
+    assert peak.peak_pss_bytes is not None and peak.peak_pss_bytes > 250 * 2**20
+    assert sampler.pss_samples >= 3

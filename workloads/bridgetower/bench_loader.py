@@ -1,0 +1,203 @@
+"""``suite bench-loader``: the three image pipelines side by side, in one run, on the same images.
+
+For each pipeline of :mod:`.data.pipelines` it measures
+
+* images per second per worker: the worker stage alone, in this process on one thread (what one
+  DataLoader worker can deliver);
+* end to end: a DataLoader with ``num_workers`` workers over the same images, each batch finished by
+  the device stage on the CPU device, as batches (and images) per second.
+
+Pipelines are measured in interleaved rounds (reference, closed, open, reference, ...) and each figure is
+the median over rounds, so that a slow spell of a shared machine hits all of them alike; the ratios
+``closed_vs_reference`` and ``open_vs_reference`` are of end-to-end throughput within this one run.
+Fidelity is checked on the same images: the closed pipeline's largest deviation from the reference
+after normalization, and the open pipeline's PSNR.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.utils.data import DataLoader, Dataset, default_collate
+
+from suite.errors import ConfigError
+
+from workloads.bridgetower.data.pipelines import (
+    PIPELINES,
+    ImagePipeline,
+    jpeg_decoder_name,
+    psnr_db,
+)
+from workloads.bridgetower.data.sources import open_source
+from workloads.bridgetower.preprocessing import CLIP_STD
+
+#: The closed pipeline's output must equal the reference's within this, after normalization.
+CLOSED_TOLERANCE = 1.0 / 255.0
+
+
+@dataclass(frozen=True)
+class LoaderBenchOptions:
+    dataset: str | None = None
+    images: int = 480
+    image_size: int = 294  # the published (large) preset's
+    batch_size: int = 48
+    num_workers: int | None = None  # default: every core
+    rounds: int = 3
+
+    def __post_init__(self) -> None:
+        for name, minimum in (("images", 1), ("image_size", 8), ("batch_size", 1), ("rounds", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        if self.num_workers is not None and (not isinstance(self.num_workers, int) or self.num_workers < 0):
+            raise ConfigError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
+        if self.images < self.batch_size:
+            raise ConfigError(f"images ({self.images}) must be at least one batch ({self.batch_size})")
+
+    @property
+    def workers(self) -> int:
+        return (os.cpu_count() or 1) if self.num_workers is None else self.num_workers
+
+
+class _WorkerStage(Dataset):
+    def __init__(self, images: list[bytes], pipeline: ImagePipeline) -> None:
+        self.images, self.pipeline = images, pipeline
+
+    def worker_init(self, _worker_id: int) -> None:
+        self.pipeline.worker_init()
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.pipeline.worker_stage(self.images[index])
+
+
+def _read_images(options: LoaderBenchOptions) -> tuple[list[bytes], dict[str, Any]]:
+    source = open_source(options.dataset)
+    if len(source) < options.images:
+        raise ConfigError(f"the dataset has {len(source)} images, fewer than --images {options.images}")
+    return [source.read_bytes(i) for i in range(options.images)], source.describe()
+
+
+def _single_thread(fn: Callable[[], Any]) -> Any:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in a DataLoader worker
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _per_worker_rate(pipeline: ImagePipeline, images: list[bytes]) -> float:
+    """Images per second of the worker stage on one thread. Measured in a child process, as a worker
+    is, so that a pipeline's ``worker_init`` (allocator settings) does not leak into the others."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1, initializer=pipeline.worker_init) as pool:
+        return pool.apply(_rate_in_worker, (pipeline, images))
+
+
+def _rate_in_worker(pipeline: ImagePipeline, images: list[bytes]) -> float:
+    def run() -> float:
+        start = time.perf_counter()
+        for data in images:
+            pipeline.worker_stage(data)
+        return len(images) / (time.perf_counter() - start)
+
+    return _single_thread(run)
+
+
+def _end_to_end_epoch(loader: DataLoader, pipeline: ImagePipeline) -> tuple[int, float]:
+    """One pass over the images through the workers and the device stage: (batches, seconds)."""
+    batches = 0
+    start = time.perf_counter()
+    for batch in loader:
+        pipeline.device_stage(batch, "cpu")
+        batches += 1
+    return batches, time.perf_counter() - start
+
+
+def _fidelity(pipelines: dict[str, ImagePipeline], images: list[bytes]) -> dict[str, float]:
+    outputs = {name: p.device_stage(torch.stack([p.worker_stage(d) for d in images]), "cpu")
+               for name, p in pipelines.items()}
+    reference = outputs["reference"]
+    closed_error = float((outputs["closed"] - reference).abs().max())
+    std = torch.tensor(CLIP_STD).view(1, 3, 1, 1)
+    return {
+        "closed_max_abs_error": closed_error,
+        "closed_max_error_8bit_levels": float(((outputs["closed"] - reference).abs() * std).max() * 255.0),
+        "closed_within_tolerance": closed_error <= CLOSED_TOLERANCE,
+        "closed_psnr_db": psnr_db(reference, outputs["closed"]),
+        "open_psnr_db": psnr_db(reference, outputs["open"]),
+        "open_max_error_8bit_levels": float(((outputs["open"] - reference).abs() * std).max() * 255.0),
+    }
+
+
+def run_loader_benchmark(options: LoaderBenchOptions, progress: Callable[[str], None] = lambda _: None
+                         ) -> dict[str, Any]:
+    """Measure every pipeline; returns the figures (see the module docstring) as a JSON-ready dict."""
+    images, dataset = _read_images(options)
+    pipelines = {name: cls(options.image_size) for name, cls in PIPELINES.items()}
+    progress("fidelity")
+    result: dict[str, Any] = {"fidelity": _fidelity(pipelines, images[: min(len(images), 96)])}
+
+    workers = options.workers
+    loaders = {
+        name: DataLoader(stage, batch_size=options.batch_size, num_workers=workers, collate_fn=default_collate,
+                         drop_last=True, persistent_workers=workers > 0, worker_init_fn=stage.worker_init)
+        for name, stage in ((name, _WorkerStage(images, p)) for name, p in pipelines.items())
+    }
+    per_worker: dict[str, list[float]] = {name: [] for name in pipelines}
+    end_to_end: dict[str, list[float]] = {name: [] for name in pipelines}
+    batches_per_epoch = len(images) // options.batch_size
+    try:
+        for name, loader in loaders.items():  # warm-up: start the workers, fill caches
+            progress(f"warm-up {name}")
+            _end_to_end_epoch(loader, pipelines[name])
+        for round_index in range(options.rounds):
+            for name, pipeline in pipelines.items():
+                progress(f"round {round_index + 1}/{options.rounds}: {name}")
+                per_worker[name].append(_per_worker_rate(pipeline, images[: min(len(images), 96)]))
+                batches, seconds = _end_to_end_epoch(loaders[name], pipeline)
+                end_to_end[name].append(batches / seconds)
+    finally:
+        for loader in loaders.values():
+            iterator = getattr(loader, "_iterator", None)
+            if iterator is not None:
+                iterator._shutdown_workers()
+
+    table = {}
+    for name, pipeline in pipelines.items():
+        batches_per_s = statistics.median(end_to_end[name])
+        table[name] = {
+            "description": pipeline.description,
+            "images_per_s_per_worker": statistics.median(per_worker[name]),
+            "end_to_end_batches_per_s": batches_per_s,
+            "end_to_end_images_per_s": batches_per_s * options.batch_size,
+            "end_to_end_batches_per_s_rounds": end_to_end[name],
+        }
+    reference = table["reference"]["end_to_end_batches_per_s"]
+    result.update(
+        closed_vs_reference=table["closed"]["end_to_end_batches_per_s"] / reference,
+        open_vs_reference=table["open"]["end_to_end_batches_per_s"] / reference,
+        closed_vs_reference_per_worker=(table["closed"]["images_per_s_per_worker"]
+                                        / table["reference"]["images_per_s_per_worker"]),
+        open_vs_reference_per_worker=(table["open"]["images_per_s_per_worker"]
+                                      / table["reference"]["images_per_s_per_worker"]),
+        open_psnr_db=result["fidelity"]["open_psnr_db"],
+        pipelines=table,
+        settings={
+            "images": len(images), "image_size": options.image_size, "batch_size": options.batch_size,
+            "num_workers": workers, "rounds": options.rounds, "batches_per_epoch": batches_per_epoch,
+            "device_stage_on": "cpu", "closed_tolerance": CLOSED_TOLERANCE, "jpeg_decoder": jpeg_decoder_name(),
+            "torch": torch.__version__, "logical_cores": os.cpu_count(), "dataset": dataset,
+        },
+    )
+    return result
