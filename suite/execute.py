@@ -101,6 +101,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         workload.setup()
         facts["workload"] = workload.facts()
         facts["precision_used"] = config.precision
+        facts["run_params"] = adapter.run_params()
         facts["loader_used"] = config.loader
         _log_hyperparameters(mlperf, config, workload, rank)
         mlperf.end("init_stop")
@@ -240,10 +241,14 @@ def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, em
     emit_event(phase="training", total=total)
     adapter.reset_peak_memory()
     steps.start_clock()
+    flops_per_step: float | None = None
     for step in range(total):
         if step == config.warmup_steps:
             mlperf.start("block_start", metadata={"first_step": step, "step_count": config.steps})
-        steps.step()
+        if step == 0 and config.warmup_steps > 0:  # count model FLOPs once, in an unmeasured step
+            flops_per_step = _counted_step(steps)
+        else:
+            steps.step()
         emit_event(step=step + 1, total=total, loss=result.losses[-1])
     mlperf.end("block_stop", metadata={"first_step": config.warmup_steps, "step_count": config.steps})
     stats = steps.record(result)
@@ -251,7 +256,36 @@ def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, em
         raise SuiteError("no measured step")
     if rank.world_size > 1:
         _aggregate_ranks(result, rank)
+    _record_flops(result, flops_per_step, rank)
     mlperf.event("throughput", result.metrics["throughput_samples_per_s"], metadata={"unit": "samples/s"})
+
+
+def _counted_step(steps: "TrainingSteps") -> float:
+    """One training step under ``torch.utils.flop_counter``; its FLOPs (forward + backward, this rank)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        steps.step()
+    return float(counter.get_total_flops())
+
+
+def _record_flops(result: RunResult, flops_per_step: float | None, rank: Rank) -> None:
+    """Model FLOP/s achieved over the measured steps, and MFU against the device's dense bf16 peak."""
+    facts = result.facts
+    if flops_per_step is None:
+        facts["mfu"] = "not measured: FLOPs are counted in the first warm-up step and there was none"
+        return
+    m = result.metrics
+    achieved = flops_per_step * m["measured_steps"] / m["measured_wall_s"]  # per device
+    m["model_flops_per_step"] = flops_per_step
+    m["model_flops_per_s"] = achieved
+    peak = (facts.get("device") or {}).get("peak_bf16_flops")
+    if peak:
+        m["mfu_bf16_peak"] = achieved / float(peak)
+        facts["mfu"] = (f"model FLOPs per step (torch.utils.flop_counter, forward+backward, counted once on rank "
+                        f"{rank.rank}) x measured steps / measured wall time / dense bf16 peak {peak:.4g} FLOP/s")
+    else:
+        facts["mfu"] = "not computed: no peak FLOP/s is known for this device"
 
 
 def main(argv: list[str] | None = None) -> int:

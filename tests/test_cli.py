@@ -10,7 +10,7 @@ from suite.cli import build_parser, main
 
 @pytest.mark.parametrize("argv,message", [
     (["run", "--workload", "nope"], "unknown workload 'nope'; valid workloads: bridgetower"),
-    (["run", "--device", "tpu"], "unknown device 'tpu'; valid devices: cpu"),
+    (["run", "--device", "tpu"], "unknown device 'tpu'; valid devices: a100, cpu, cuda, gaudi2, h100"),
     (["run", "--preset", "huge"], "unknown preset 'huge' for workload bridgetower; valid presets: tiny, large"),
     (["run", "--dataset", "/no/such/folder"], "dataset path does not exist: /no/such/folder"),
 ])

@@ -106,9 +106,30 @@ class DeviceAdapter(ABC):
     def step_boundary(self) -> None:
         """Called once per training step after the optimizer step (e.g. HPU lazy-mode ``mark_step``)."""
 
+    def prepare_framework(self) -> None:
+        """Called once before the workload builds its model (e.g. optimum-habana's
+        ``adapt_transformers_to_gaudi()``)."""
+
     def place_model(self, model: Any) -> Any:
         """Move a model to the device; adapters may also wrap it (e.g. HPU graphs)."""
         return model.to(self.torch_device)
+
+    def make_optimizer(self, params: Any, lr: float, eps: float, weight_decay: float) -> tuple[Any, str]:
+        """AdamW for ``params`` and a description of which implementation runs (recorded with the run)."""
+        import torch
+
+        optimizer = torch.optim.AdamW(params, lr=lr, eps=eps, weight_decay=weight_decay)
+        return optimizer, f"torch.optim.AdamW(lr={lr}, eps={eps}, weight_decay={weight_decay})"
+
+    def clip_grad_norm(self, params: Any, max_norm: float) -> None:
+        """Clip the global gradient norm of ``params`` to ``max_norm``."""
+        import torch
+
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+    def run_params(self) -> dict[str, str]:
+        """How the device runs (e.g. HPU lazy or eager mode), recorded as MLflow params of the run."""
+        return {}
 
     def to_device(self, tensor: Any) -> Any:
         return tensor.to(self.torch_device, non_blocking=True)
@@ -165,3 +186,10 @@ class DeviceAdapter(ABC):
     @abstractmethod
     def decode_images(self, encoded: Sequence[bytes]) -> list[Any]:
         """Decode encoded images (JPEG, PNG...) to uint8 RGB tensors of shape (3, H, W) on the device."""
+
+    def device_preprocess(self, encoded: Sequence[bytes], image_size: int, mean: Sequence[float],
+                          std: Sequence[float]) -> Any:
+        """Decode *and* preprocess a batch in one device pipeline (e.g. Gaudi's media pipe), returning
+        normalized float32 ``(N, 3, size, size)``; ``None`` (the default) means: use :meth:`decode_images`
+        and the workload's own preprocessing on the device."""
+        return None

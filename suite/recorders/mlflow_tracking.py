@@ -179,7 +179,10 @@ class MlflowRecorder(Recorder):
         tags["loss_digest"] = result.loss_digest
         if result.reason:
             tags["failure_reason"] = result.reason[:5000]
-        self._log(run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
+        from mlflow.entities import Param
+
+        run_params = [Param(f"run.{k}", str(v)[:6000]) for k, v in (result.facts.get("run_params") or {}).items()]
+        self._log(run_id, metrics=metrics, params=run_params, tags=[RunTag(k, v) for k, v in tags.items()])
         run_dir = result.facts.get("run_dir")
         if run_dir and Path(run_dir).is_dir():  # config, result, manifest, logs of this run
             self.client.log_artifacts(run_id, run_dir)
@@ -205,7 +208,10 @@ class MlflowRecorder(Recorder):
                 "loss_digests_identical": str(score.loss_digests_identical), "suite.status": score.status}
         if score.reason:
             tags["failure_reason"] = score.reason[:5000]
-        self._log(run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
+        from mlflow.entities import Param
+
+        run_params = [Param(f"run.{k}", str(v)[:6000]) for k, v in (result.facts.get("run_params") or {}).items()]
+        self._log(run_id, metrics=metrics, params=run_params, tags=[RunTag(k, v) for k, v in tags.items()])
         self.client.set_terminated(run_id, status=score.status, end_time=now_ms)
 
     def _stop_monitor(self, key: tuple[str, int]) -> None:

@@ -88,6 +88,7 @@ class BridgeTowerWorkload(Workload):
         encoded = tokenizer(source.captions(), max_length=preset.max_seq_length, padding="max_length",
                             truncation=True, return_tensors="pt")
 
+        self.device.prepare_framework()
         model = build_model(preset, config.weights)
         vocab_size = model.config.text_config.vocab_size
         if len(tokenizer) > vocab_size:
@@ -107,8 +108,8 @@ class BridgeTowerWorkload(Workload):
             self.model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[device.index] if device.type == "cuda" else None)
         self.params = params
-        self.optimizer = torch.optim.AdamW(params, lr=preset.learning_rate, eps=preset.adam_epsilon,
-                                           weight_decay=preset.weight_decay)
+        self.optimizer, optimizer_description = self.device.make_optimizer(
+            params, lr=preset.learning_rate, eps=preset.adam_epsilon, weight_decay=preset.weight_decay)
         total_steps = config.warmup_steps + config.steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: max(0.0, (total_steps - step) / total_steps)  # linear, no warm-up
@@ -133,8 +134,7 @@ class BridgeTowerWorkload(Workload):
                                         "encoded bytes from the workers, decoded and preprocessed on the device"),
             image_mean=list(CLIP_MEAN),
             image_std=list(CLIP_STD),
-            optimizer=f"torch.optim.AdamW(lr={preset.learning_rate}, eps={preset.adam_epsilon}, "
-                      f"weight_decay={preset.weight_decay})",
+            optimizer=optimizer_description,
             lr_schedule=f"linear decay to 0 over {total_steps} steps",
             max_grad_norm=preset.max_grad_norm,
             text_pooler="removed",
@@ -149,6 +149,9 @@ class BridgeTowerWorkload(Workload):
     def _pixel_values(self, batch: Any) -> torch.Tensor:
         if "images" in batch:  # a worker-side pipeline ran; its device stage finishes the batch
             return self._pipeline.device_stage(batch["images"], self.device.torch_device)
+        done = self.device.device_preprocess(batch["encoded_images"], self.image_size, CLIP_MEAN, CLIP_STD)
+        if done is not None:
+            return done
         images = self.device.decode_images(batch["encoded_images"])
         return torch.stack([preprocess_image(image, self.image_size) for image in images])
 
@@ -160,7 +163,7 @@ class BridgeTowerWorkload(Workload):
             outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
                                  return_loss=True)
         outputs.loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.params, self.preset.max_grad_norm)
+        self.device.clip_grad_norm(self.params, self.preset.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
