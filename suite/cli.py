@@ -19,7 +19,16 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from suite.audit import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
-from suite.config import DEFAULT_SEED, DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, LOADERS, PRECISIONS, MatrixSpec, RunConfig
+from suite.config import (
+    DEFAULT_SEED,
+    DEFAULT_STEPS,
+    DEFAULT_WARMUP_STEPS,
+    ENGINES,
+    LOADERS,
+    PRECISIONS,
+    MatrixSpec,
+    RunConfig,
+)
 from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_json_atomic
 from suite.results import FINISHED, RunResult
@@ -106,6 +115,10 @@ def build_parser(suppress_run_defaults: bool = False) -> argparse.ArgumentParser
                           "decodes. Comma-separated (default: cpu)")
     run.add_argument("--precision", dest="precisions", type=_parse_list(_choice(PRECISIONS), "precisions"),
                      default=("fp32",), help="fp32 and/or bf16 (autocast), comma-separated (default: fp32)")
+    run.add_argument("--engine", dest="engines", type=_parse_list(_choice(ENGINES), "engines"), default=("suite",),
+                     help="suite: the suite's own loop (default); hf-trainer: transformers' Trainer (GaudiTrainer on "
+                          "Gaudi2) as the published benchmark, timed with the suite's accounting and also recording "
+                          "the trainer's own train_samples_per_second. Comma-separated: both side by side")
     run.add_argument("--steps", type=_int_at_least(1), default=DEFAULT_STEPS,
                      help="measured steps per configuration (default: %(default)s)")
     run.add_argument("--warmup-steps", type=_int_at_least(0), default=DEFAULT_WARMUP_STEPS,
@@ -443,7 +456,7 @@ def _spec_from_args(args: argparse.Namespace) -> MatrixSpec:
     preset = args.preset or load_workload(args.workload).default_preset
     return MatrixSpec.from_dict(dict(
         workload=args.workload, preset=preset, devices=args.devices, workers=args.workers,
-        loaders=args.loaders, precisions=args.precisions, steps=args.steps,
+        loaders=args.loaders, precisions=args.precisions, engines=args.engines, steps=args.steps,
         warmup_steps=args.warmup_steps, seed=args.seed, batch_size=args.batch_size, dataset=args.dataset,
         weights=args.weights, skip_bad_samples=args.skip_bad_samples, nproc_per_node=args.nproc_per_node,
         prefetch_factor=args.prefetch_factor))
@@ -517,6 +530,7 @@ def _cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
     args.workers = tuple(range(0, max_workers + 1))
     args.devices, args.loaders, args.precisions = (args.device,), (args.loader,), (args.precision,)
     args.prefetch_factor, args.nproc_per_node, args.weights, args.skip_bad_samples = None, 1, None, False
+    args.engines = ("suite",)
     args.repeats, args.memory_limit = 1, None
     spec = _spec_from_args(args)
     configs = tune.sweep_configs(spec, args.prefetch_factors)

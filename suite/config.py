@@ -18,6 +18,9 @@ from suite.errors import ConfigError
 #: ``cpu-fast`` does the same in the workers with the workload's faster pipeline of equal output;
 #: ``device`` ships encoded image bytes and decodes them on the device.
 LOADERS = ("cpu", "cpu-fast", "device")
+#: ``suite``: the suite's own training loop; ``hf-trainer``: transformers' ``Trainer`` (optimum-habana's
+#: ``GaudiTrainer`` on Gaudi2), as the published benchmark ran, measured with the suite's accounting.
+ENGINES = ("suite", "hf-trainer")
 #: ``fp32``: no autocast; ``bf16``: bfloat16 autocast (mixed precision), as in the reference.
 PRECISIONS = ("fp32", "bf16")
 
@@ -94,6 +97,7 @@ class RunConfig(RunSettings):
     num_workers: int
     loader: str
     precision: str
+    engine: str = "suite"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -101,6 +105,7 @@ class RunConfig(RunSettings):
         _require_int("num_workers", self.num_workers, 0)
         _require_choice("loader", self.loader, LOADERS)
         _require_choice("precision", self.precision, PRECISIONS)
+        _require_choice("engine", self.engine, ENGINES)
 
     @property
     def config_id(self) -> str:
@@ -109,6 +114,7 @@ class RunConfig(RunSettings):
             f"{self.workload}-{self.preset}-{self.device}-nw{self.num_workers}"
             f"-{self.loader}-{self.precision}" + (f"-np{self.nproc_per_node}" if self.nproc_per_node > 1 else "")
             + (f"-pf{self.prefetch_factor}" if self.prefetch_factor is not None else "")
+            + (f"-{self.engine}" if self.engine != "suite" else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -138,7 +144,8 @@ class MatrixSpec(RunSettings):
     workers: tuple[int, ...] = (0, 1, 2)
     loaders: tuple[str, ...] = ("cpu",)
     precisions: tuple[str, ...] = ("fp32",)
-    axes: ClassVar[tuple[str, ...]] = ("devices", "workers", "loaders", "precisions")
+    engines: tuple[str, ...] = ("suite",)
+    axes: ClassVar[tuple[str, ...]] = ("devices", "workers", "loaders", "precisions", "engines")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -157,7 +164,7 @@ class MatrixSpec(RunSettings):
         if unknown:
             raise ConfigError(f"unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(known))}")
         values = dict(data)
-        axis_types = {"devices": str, "workers": int, "loaders": str, "precisions": str}
+        axis_types = {"devices": str, "workers": int, "loaders": str, "precisions": str, "engines": str}
         for axis, item_type in axis_types.items():
             if axis in values:
                 items = values[axis]
@@ -170,8 +177,9 @@ class MatrixSpec(RunSettings):
     def expand(self) -> list[RunConfig]:
         """All configurations, device-major, in a stable order. Each is validated."""
         return [
-            RunConfig(device=device, num_workers=workers, loader=loader, precision=precision, **self.settings())
-            for device, loader, precision, workers in itertools.product(
-                self.devices, self.loaders, self.precisions, self.workers
+            RunConfig(device=device, num_workers=workers, loader=loader, precision=precision, engine=engine,
+                      **self.settings())
+            for device, engine, loader, precision, workers in itertools.product(
+                self.devices, self.engines, self.loaders, self.precisions, self.workers
             )
         ]

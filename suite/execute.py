@@ -106,7 +106,10 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         _log_hyperparameters(mlperf, config, workload, rank)
         mlperf.end("init_stop")
         mlperf.start("run_start")
-        _train(config, adapter, workload, result, emit_event, mlperf, rank)
+        if config.engine == "hf-trainer":
+            _train_with_trainer(config, adapter, workload, result, emit_event, mlperf, rank)
+        else:
+            _train(config, adapter, workload, result, emit_event, mlperf, rank)
         result.metrics.update(workload.metrics())
         mlperf.end("run_stop", metadata={"status": "success"})
         result.status = FINISHED
@@ -199,14 +202,22 @@ class TrainingSteps:
         self._timer.start()
 
     def step(self) -> StepTiming:
-        index = len(self.timings)
         batch = next(self._batches)
+        self.batch_ready(batch)
+        return self.step_end(self.workload.train_step(batch))
+
+    # The two halves of a step, also called by an external training loop (engine hf-trainer).
+    def batch_ready(self, batch: Any) -> None:
+        """The step's batch is in hand: the data wait ends; its size must be the recorded batch size."""
         self._timer.batch_ready()
         samples = self.workload.count_samples(batch)
         if samples != self.config.batch_size:
-            raise SuiteError(f"step {index} got a batch of {samples} samples but the recorded batch size is "
-                             f"{self.config.batch_size}")
-        loss = self.workload.train_step(batch)
+            raise SuiteError(f"step {len(self.timings)} got a batch of {samples} samples but the recorded batch "
+                             f"size is {self.config.batch_size}")
+
+    def step_end(self, loss: Any) -> StepTiming:
+        """After the optimizer step: device step boundary, loss read back, clock read after a device sync."""
+        index = len(self.timings)
         self.adapter.step_boundary()
         loss_value = float(loss)
         timing = self._timer.step_done()
@@ -257,6 +268,47 @@ def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, em
     if rank.world_size > 1:
         _aggregate_ranks(result, rank)
     _record_flops(result, flops_per_step, rank)
+    mlperf.event("throughput", result.metrics["throughput_samples_per_s"], metadata={"unit": "samples/s"})
+
+
+def _train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn,
+                        mlperf: MlperfLog, rank: Rank) -> None:
+    """Engine hf-trainer: the workload's trainer drives the steps; the suite's clock and accounting time them."""
+    if rank.world_size > 1:
+        raise SuiteError("engine hf-trainer runs on one device per configuration (use engine suite to scale out)")
+    total = config.warmup_steps + config.steps
+    steps = TrainingSteps(config, adapter, workload, losses=result.losses)
+    emit_event(phase="training (hf-trainer)", total=total)
+
+    class Hooks:
+        block_started = False
+
+        def begin(self) -> None:
+            adapter.reset_peak_memory()
+            steps.start_clock()
+
+        def batch_ready(self, batch: Any) -> None:
+            if len(steps.timings) == config.warmup_steps and not self.block_started:
+                mlperf.start("block_start", metadata={"first_step": config.warmup_steps, "step_count": config.steps})
+                self.block_started = True
+            steps.batch_ready(batch)
+
+        def step_end(self, loss: Any) -> None:
+            steps.step_end(loss)
+            emit_event(step=len(steps.timings), total=total, loss=result.losses[-1])
+
+    trainer_figures = workload.train_with_trainer(Hooks())
+    result.facts["workload"] = workload.facts()  # now including what the trainer built
+    if len(steps.timings) != total:
+        raise SuiteError(f"the trainer ran {len(steps.timings)} steps, not {total}")
+    mlperf.end("block_stop", metadata={"first_step": config.warmup_steps, "step_count": config.steps})
+    steps.record(result)
+    for key, value in trainer_figures.items():
+        result.metrics[f"trainer_{key}"] = float(value)
+    result.facts["engine"] = ("transformers Trainer driving the steps; step times, data-wait and throughput by the "
+                              "suite's clock over the measured steps; trainer_* metrics are the trainer's own "
+                              "(all steps, warm-up and start-up included)")
+    result.facts["mfu"] = "not measured with engine hf-trainer"
     mlperf.event("throughput", result.metrics["throughput_samples_per_s"], metadata={"unit": "samples/s"})
 
 

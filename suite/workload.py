@@ -89,5 +89,15 @@ class Workload(ABC):
         """What actually ran (model size, tokenizer, image processor...), recorded with the run."""
         return {}
 
+    def train_with_trainer(self, hooks: Any) -> dict[str, float]:
+        """Engine ``hf-trainer``: run ``warmup_steps + steps`` steps through the framework's own trainer
+        (transformers ``Trainer``), calling ``hooks.begin()`` once, ``hooks.batch_ready()`` when a step's
+        batch is in hand and ``hooks.step_end(loss)`` after each optimizer step, so that the suite times the
+        steps with its own accounting. Returns the trainer's own figures (e.g. ``train_samples_per_second``).
+        """
+        from suite.errors import SuiteError
+
+        raise SuiteError(f"workload {self.name!r} has no hf-trainer engine")
+
     def teardown(self) -> None:
         """Release loader workers and other resources."""

@@ -152,7 +152,7 @@ class MlflowRecorder(Recorder):
                 run_id, self.tracking_uri, self._system_metrics_interval_s)
 
     def end(self, result: RunResult) -> None:
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import Metric, Param, RunTag
 
         config = RunConfig.from_dict(result.config)
         key = (config.config_id, result.repeat)
@@ -179,8 +179,6 @@ class MlflowRecorder(Recorder):
         tags["loss_digest"] = result.loss_digest
         if result.reason:
             tags["failure_reason"] = result.reason[:5000]
-        from mlflow.entities import Param
-
         run_params = [Param(f"run.{k}", str(v)[:6000]) for k, v in (result.facts.get("run_params") or {}).items()]
         self._log(run_id, metrics=metrics, params=run_params, tags=[RunTag(k, v) for k, v in tags.items()])
         run_dir = result.facts.get("run_dir")
@@ -208,10 +206,7 @@ class MlflowRecorder(Recorder):
                 "loss_digests_identical": str(score.loss_digests_identical), "suite.status": score.status}
         if score.reason:
             tags["failure_reason"] = score.reason[:5000]
-        from mlflow.entities import Param
-
-        run_params = [Param(f"run.{k}", str(v)[:6000]) for k, v in (result.facts.get("run_params") or {}).items()]
-        self._log(run_id, metrics=metrics, params=run_params, tags=[RunTag(k, v) for k, v in tags.items()])
+        self._log(run_id, metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
         self.client.set_terminated(run_id, status=score.status, end_time=now_ms)
 
     def _stop_monitor(self, key: tuple[str, int]) -> None:

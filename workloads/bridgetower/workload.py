@@ -118,6 +118,7 @@ class BridgeTowerWorkload(Workload):
         dataset = CaptionedImages(source, encoded["input_ids"], encoded["attention_mask"], config.loader,
                                   self.image_size, self.device.torch_device.type)
         self._pipeline = dataset.pipeline
+        self.train_dataset = dataset
         self._loader = make_loader(dataset, config.batch_size, config.num_workers, config.seed,
                                    pin_memory=self.device.torch_device.type == "cuda",
                                    prefetch_factor=config.prefetch_factor)
@@ -168,6 +169,17 @@ class BridgeTowerWorkload(Workload):
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return outputs.loss.detach()
+
+    def train_with_trainer(self, hooks: Any) -> dict[str, float]:
+        from workloads.bridgetower.trainer_engine import run_with_trainer
+
+        return run_with_trainer(self, hooks)
+
+    def record_trainer_facts(self, trainer: str, optimizer: str) -> None:
+        """What the hf-trainer engine ran: the trainer class and the optimizer it built."""
+        self._facts.update(trainer=trainer, optimizer=f"{optimizer} (built by the trainer)",
+                           lr_schedule="the trainer's linear schedule, no warm-up",
+                           data_order="the trainer's own sampler (seeded), not the suite's")
 
     def metrics(self) -> dict[str, float]:
         return {"skipped_samples": float(self._skipped)} if self.config.skip_bad_samples else {}

@@ -1,0 +1,124 @@
+"""Engine ``hf-trainer``: the same configuration through transformers' ``Trainer``, as the published
+benchmark ran (optimum-habana's ``GaudiTrainer`` with a Gaudi config equivalent to ``Habana/clip`` on
+Gaudi2), measured with the suite's accounting through hooks:
+
+* the train dataloader is wrapped so that taking a batch ends the step's data wait (``hooks.batch_ready``);
+* a ``TrainerCallback`` ends each step after the optimizer step (``hooks.step_end`` with the step's exact
+  loss, captured from ``training_step``), where the suite synchronizes the device and reads its clock.
+
+The trainer's own ``train_samples_per_second`` (all steps over its whole runtime, warm-up and worker
+start-up included, as the blog reported it) is returned beside, so the two accountings sit side by side.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+import torch
+from torch.utils.data import default_collate
+
+from suite.errors import SuiteError
+
+
+def collate_for_trainer(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Our dataset items -> the model's keyword arguments (as run_bridgetower.py's collator)."""
+    batch = default_collate(items)
+    return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"],
+            "pixel_values": batch["images"], "return_loss": True}
+
+
+class _TimedLoader:
+    """The trainer's dataloader, reporting each batch taken to the suite's clock."""
+
+    def __init__(self, loader: Any, hooks: Any) -> None:
+        self._loader, self._hooks = loader, hooks
+
+    def __iter__(self) -> Any:
+        for batch in self._loader:
+            self._hooks.batch_ready(batch)
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __getattr__(self, name: str) -> Any:  # sampler, dataset, set_epoch... of the wrapped loader
+        return getattr(self._loader, name)
+
+
+def run_with_trainer(workload: Any, hooks: Any) -> dict[str, float]:
+    """Train ``workload``'s model for ``warmup_steps + steps`` steps with the trainer of its device."""
+    config, preset, device = workload.config, workload.preset, workload.device
+    if config.loader != "cpu":
+        raise SuiteError(f"engine hf-trainer runs the published method's loader only (cpu), not {config.loader!r}")
+    from transformers import TrainerCallback
+
+    total_steps = config.warmup_steps + config.steps
+    on_gaudi = device.torch_device.type == "hpu"
+    common = dict(
+        output_dir=tempfile.mkdtemp(prefix="suite-hf-trainer-"), max_steps=total_steps,
+        per_device_train_batch_size=config.batch_size, learning_rate=preset.learning_rate,
+        weight_decay=preset.weight_decay, adam_epsilon=preset.adam_epsilon, max_grad_norm=preset.max_grad_norm,
+        lr_scheduler_type="linear", warmup_steps=0, seed=config.seed, data_seed=config.seed,
+        dataloader_num_workers=config.num_workers, dataloader_drop_last=True,
+        dataloader_persistent_workers=config.num_workers > 0, remove_unused_columns=False,
+        bf16=config.precision == "bf16", report_to=[], save_strategy="no", logging_strategy="no",
+        disable_tqdm=True,
+    )
+
+    class StepEnd(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            hooks.begin()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            hooks.step_end(trainer.last_loss)
+
+    if on_gaudi:
+        trainer_cls, args = _gaudi_trainer(common)
+        extra: dict[str, Any] = {"gaudi_config": args.pop("gaudi_config")}
+        from optimum.habana import GaudiTrainingArguments
+
+        training_args = GaudiTrainingArguments(**args)
+    else:
+        from transformers import Trainer, TrainingArguments
+
+        trainer_cls, extra = Trainer, {}
+        training_args = TrainingArguments(use_cpu=device.torch_device.type == "cpu", optim="adamw_torch", **common)
+
+    class TimedTrainer(trainer_cls):  # type: ignore[misc, valid-type]
+        last_loss: Any = None
+
+        def training_step(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+            loss = super().training_step(*args, **kwargs)
+            self.last_loss = loss.detach()
+            return loss
+
+        def get_train_dataloader(self) -> Any:
+            return _TimedLoader(super().get_train_dataloader(), hooks)
+
+    model = workload.model.module if hasattr(workload.model, "module") else workload.model
+    trainer = TimedTrainer(model=model, args=training_args, train_dataset=workload.train_dataset,
+                           data_collator=collate_for_trainer, callbacks=[StepEnd()], **extra)
+    output = trainer.train()
+    figures = {k: float(v) for k, v in output.metrics.items()
+               if k in ("train_samples_per_second", "train_steps_per_second", "train_runtime")}
+    workload.record_trainer_facts(trainer_cls.__module__ + "." + trainer_cls.__name__,
+                                  type(trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer")
+                                       else trainer.optimizer).__name__)
+    return figures
+
+
+def _gaudi_trainer(common: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """GaudiTrainer with a Gaudi config equivalent to ``Habana/clip``: fused AdamW, fused clipping,
+    torch autocast (bf16)."""
+    try:
+        from optimum.habana import GaudiConfig, GaudiTrainer
+    except ImportError as exc:
+        raise SuiteError(f"engine hf-trainer on Gaudi2 needs optimum-habana: pip install 'suite-bench[gaudi]' "
+                         f"({exc})") from exc
+    import os
+
+    gaudi_config = GaudiConfig(use_fused_adam=True, use_fused_clip_norm=True, use_torch_autocast=True)
+    args = dict(common, use_habana=True, use_lazy_mode=os.environ.get("PT_HPU_LAZY_MODE", "1") == "1",
+                gaudi_config=gaudi_config)
+    return GaudiTrainer, args
