@@ -112,7 +112,7 @@ def build_parser(suppress_run_defaults: bool = False) -> argparse.ArgumentParser
     run.add_argument("--loader", dest="loaders", type=_parse_list(_choice(LOADERS), "loaders"), default=("cpu",),
                      help="cpu: decode+preprocess in loader workers (the reference); cpu-fast: the same with our "
                           "faster pipeline of equal output; device: workers read encoded bytes, the device "
-                          "decodes. Comma-separated (default: cpu)")
+                          "decodes; dali: NVIDIA DALI decodes them. Comma-separated (default: cpu)")
     run.add_argument("--precision", dest="precisions", type=_parse_list(_choice(PRECISIONS), "precisions"),
                      default=("fp32",), help="fp32 and/or bf16 (autocast), comma-separated (default: fp32)")
     run.add_argument("--engine", dest="engines", type=_parse_list(_choice(ENGINES), "engines"), default=("suite",),

@@ -16,8 +16,9 @@ from suite.errors import ConfigError
 
 #: Loaders: ``cpu`` decodes and preprocesses images in DataLoader workers (the reference method);
 #: ``cpu-fast`` does the same in the workers with the workload's faster pipeline of equal output;
-#: ``device`` ships encoded image bytes and decodes them on the device.
-LOADERS = ("cpu", "cpu-fast", "device")
+#: ``device`` ships encoded image bytes and decodes them on the device (nvJPEG, Gaudi media pipe, ...);
+#: ``dali`` ships encoded bytes and decodes/preprocesses them with NVIDIA DALI.
+LOADERS = ("cpu", "cpu-fast", "device", "dali")
 #: ``suite``: the suite's own training loop; ``hf-trainer``: transformers' ``Trainer`` (optimum-habana's
 #: ``GaudiTrainer`` on Gaudi2), as the published benchmark ran, measured with the suite's accounting.
 ENGINES = ("suite", "hf-trainer")

@@ -197,6 +197,11 @@ class TrainingSteps:
         self._batches = workload.batches()
         self._timer = StepTimer(adapter.synchronize)
 
+    @property
+    def batches(self) -> Any:
+        """The endless batch iterator these steps draw from (shared with a bare loop by bench-overhead)."""
+        return self._batches
+
     def start_clock(self) -> None:
         """(Re)start the clock: steps that follow without a restart are timed back to back."""
         self._timer.start()

@@ -124,7 +124,7 @@ def run_overhead(config: RunConfig, blocks: int, progress: Callable[[str], None]
     workload.setup()
     losses: list[float] = []
     steps = TrainingSteps(config, adapter, workload, losses=losses)
-    batches = steps._batches  # one batch stream for both loops  # noqa: SLF001
+    batches = steps.batches  # one batch stream for both loops
     bare: list[float] = []
     suite: list[float] = []
     tracker_samples: list[int] = []

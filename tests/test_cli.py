@@ -27,7 +27,7 @@ def test_unknown_names_fail_before_running(argv, message, capsys, tmp_path):
     (["run", "--steps", "0"], "must be >= 1, got 0"),
     (["run", "--batch-size", "-4"], "must be >= 1, got -4"),
     (["run", "--precision", "fp8"], "'fp8' is not one of fp32, bf16"),
-    (["run", "--loader", "gpu"], "'gpu' is not one of cpu, cpu-fast, device"),
+    (["run", "--loader", "gpu"], "'gpu' is not one of cpu, cpu-fast, device, dali"),
 ])
 def test_invalid_values_are_rejected_by_the_parser(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -31,7 +31,7 @@ def test_default_matrix_is_cpu_workers_0_1_2():
     ("warmup_steps", -2, "warmup_steps must be >= 0"),
     ("batch_size", 0, "batch_size must be >= 1"),
     ("precision", "fp8", "precision must be one of fp32, bf16"),
-    ("loader", "gpu", "loader must be one of cpu, cpu-fast, device"),
+    ("loader", "gpu", "loader must be one of cpu, cpu-fast, device, dali"),
     ("num_workers", 1.5, "num_workers must be an integer"),
     ("device", "", "device must be a non-empty string"),
 ])

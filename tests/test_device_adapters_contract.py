@@ -308,3 +308,92 @@ def test_unavailable_devices_fail_with_their_reason_and_the_matrix_goes_on(tmp_p
     assert "habana_frameworks not installed" in results["gaudi2"]["reason"]
     m = results["cpu"]["metrics"]
     assert m["model_flops_per_step"] > 0 and m["model_flops_per_s"] > 0 and "mfu_bf16_peak" not in m
+
+
+# --- the dali loader -----------------------------------------------------------------------------
+
+@pytest.fixture
+def standin_dali(monkeypatch):
+    """A stand-in nvidia.dali: records the pipeline graph, the fed bytes and the copy into torch."""
+    record = {"graph": [], "fed": [], "copied": 0, "built": 0}
+
+    def op(name):
+        def call(*inputs, **kwargs):
+            record["graph"].append((name, kwargs))
+            return name
+        return call
+
+    fn = types.SimpleNamespace(external_source=op("external_source"), resize=op("resize"),
+                               crop_mirror_normalize=op("crop_mirror_normalize"),
+                               decoders=types.SimpleNamespace(image=op("decoders.image")))
+    dali_types = types.SimpleNamespace(UINT8="u8", RGB="rgb", INTERP_CUBIC="cubic", FLOAT="f32")
+
+    class Pipe:
+        def __init__(self, graph, kwargs):
+            self.kwargs = kwargs
+            graph()
+
+        def build(self):
+            record["built"] += 1
+
+        def feed_input(self, name, arrays):
+            record["fed"].append((name, [bytes(a) for a in arrays]))
+            self.n = len(arrays)
+
+        def run(self):
+            tensor = types.SimpleNamespace(shape=lambda: (self.n, 3, 8, 8))
+            return (types.SimpleNamespace(as_tensor=lambda: tensor),)
+
+    def pipeline_def(**kwargs):
+        record["pipeline_kwargs"] = kwargs
+        return lambda graph: (lambda: Pipe(graph, kwargs))
+
+    def feed_ndarray(dali_tensor, out):
+        record["copied"] += 1
+        out.fill_(1.0)
+
+    for name, attrs in (("nvidia", {}), ("nvidia.dali", dict(fn=fn, pipeline_def=pipeline_def, types=dali_types)),
+                        ("nvidia.dali.plugin", {}), ("nvidia.dali.plugin.pytorch", dict(feed_ndarray=feed_ndarray))):
+        mod = types.ModuleType(name)
+        mod.__dict__.update(attrs)
+        monkeypatch.setitem(sys.modules, name, mod)
+    return record
+
+
+def test_dali_loader_contract_builds_the_pipeline_once_and_feeds_each_batch(standin_dali):
+    from suite.devices.cpu import CPUAdapter
+
+    adapter = CPUAdapter()
+    adapter.setup()
+    assert "dali" in adapter.supported_loaders and "dali" not in Gaudi2Adapter.supported_loaders
+    assert adapter.device_preprocess([b"\xff\xd8a"], 8, (0.5,) * 3, (0.25,) * 3) is None  # loader device
+    out = adapter.device_preprocess([b"\xff\xd8a", b"\xff\xd8b"], 8, (0.5,) * 3, (0.25,) * 3, loader="dali")
+    adapter.device_preprocess([b"\xff\xd8c", b"\xff\xd8d"], 8, (0.5,) * 3, (0.25,) * 3, loader="dali")
+    assert tuple(out.shape) == (2, 3, 8, 8) and out.dtype == torch.float32 and float(out.min()) == 1.0
+    assert standin_dali["built"] == 1 and standin_dali["copied"] == 2
+    assert standin_dali["fed"][0] == ("encoded", [b"\xff\xd8a", b"\xff\xd8b"])
+    assert standin_dali["pipeline_kwargs"] == {"batch_size": 2, "num_threads": 2, "device_id": None}
+    graph = dict(standin_dali["graph"])
+    assert graph["decoders.image"]["device"] == "cpu"  # the CPU device: DALI's CPU decoder
+    assert graph["resize"] == {"resize_shorter": 8, "interp_type": "cubic", "antialias": True}
+    assert graph["crop_mirror_normalize"]["mean"] == [127.5] * 3 and graph["crop_mirror_normalize"]["std"] == [63.75] * 3
+
+
+def test_dali_loader_contract_decodes_on_the_gpu_for_cuda_adapters(standin_dali, standin_cuda):
+    adapter = CUDAAdapter()
+    adapter.setup()
+    from suite.devices.dali import DaliPreprocessor
+
+    DaliPreprocessor(2, 8, (0.5,) * 3, (0.25,) * 3, adapter.dali_device_id())
+    assert standin_dali["pipeline_kwargs"]["device_id"] == 0
+    assert dict(standin_dali["graph"])["decoders.image"]["device"] == "mixed"  # nvJPEG through DALI
+
+
+@pytest.mark.e2e
+def test_dali_loader_without_dali_fails_with_the_install_hint(tmp_path):
+    code = main(["run", "--loader", "dali", "--workers", "0", "--steps", "1", "--warmup-steps", "0",
+                 "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"])
+    assert code == 1
+    (run,) = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert run["status"] == "FAILED"
+    assert run["reason"].startswith("the dali loader needs NVIDIA DALI: pip install 'suite-bench[dali]'")

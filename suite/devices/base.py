@@ -57,7 +57,7 @@ class DeviceAdapter(ABC):
     #: torch.distributed backend for multi-device runs (gloo, nccl, hccl).
     distributed_backend: ClassVar[str]
     #: Loaders this device supports (see :data:`suite.config.LOADERS`).
-    supported_loaders: ClassVar[tuple[str, ...]] = ("cpu", "cpu-fast", "device")
+    supported_loaders: ClassVar[tuple[str, ...]] = ("cpu", "cpu-fast", "device", "dali")
 
     def __init__(self, local_rank: int = 0) -> None:
         self.local_rank = local_rank
@@ -188,8 +188,19 @@ class DeviceAdapter(ABC):
         """Decode encoded images (JPEG, PNG...) to uint8 RGB tensors of shape (3, H, W) on the device."""
 
     def device_preprocess(self, encoded: Sequence[bytes], image_size: int, mean: Sequence[float],
-                          std: Sequence[float]) -> Any:
-        """Decode *and* preprocess a batch in one device pipeline (e.g. Gaudi's media pipe), returning
-        normalized float32 ``(N, 3, size, size)``; ``None`` (the default) means: use :meth:`decode_images`
-        and the workload's own preprocessing on the device."""
+                          std: Sequence[float], loader: str = "device") -> Any:
+        """Decode *and* preprocess a batch in one pipeline (Gaudi's media pipe; NVIDIA DALI for loader
+        ``dali``), returning normalized float32 ``(N, 3, size, size)`` on the device; ``None`` means: use
+        :meth:`decode_images` and the workload's own preprocessing on the device."""
+        if loader != "dali":
+            return None
+        from suite.devices.dali import DaliPreprocessor
+
+        dali = getattr(self, "_dali", None)
+        if dali is None or (dali.batch_size, dali.image_size) != (len(encoded), image_size):
+            dali = self._dali = DaliPreprocessor(len(encoded), image_size, mean, std, self.dali_device_id())
+        return dali(encoded, self.torch_device)
+
+    def dali_device_id(self) -> int | None:
+        """The GPU index DALI runs on; ``None``: DALI's CPU pipeline."""
         return None

@@ -174,6 +174,9 @@ class CUDAAdapter(DeviceAdapter):
         tensors = [torch.frombuffer(bytearray(data), dtype=torch.uint8) for data in encoded]
         return list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=self.torch_device))
 
+    def dali_device_id(self) -> int | None:
+        return self.torch_device.index if self.torch_device.index is not None else 0
+
     def device_info(self) -> dict[str, Any]:
         import torch
 

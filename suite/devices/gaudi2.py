@@ -44,6 +44,7 @@ class Gaudi2Adapter(DeviceAdapter):
     name = "gaudi2"
     description = "Intel Gaudi2 HPU (habana_frameworks, optimum-habana); lazy or eager mode"
     distributed_backend = "hccl"
+    supported_loaders = ("cpu", "cpu-fast", "device")  # DALI is NVIDIA's
 
     def __init__(self, local_rank: int = 0) -> None:
         super().__init__(local_rank)
@@ -168,7 +169,7 @@ class Gaudi2Adapter(DeviceAdapter):
         raise SuiteError("Gaudi2 decodes and preprocesses in one media pipe: use device_preprocess")
 
     def device_preprocess(self, encoded: Sequence[bytes], image_size: int, mean: Sequence[float],
-                          std: Sequence[float]) -> Any:
+                          std: Sequence[float], loader: str = "device") -> Any:
         """The batch through a habana-media-loader pipe on the HPU: decode, center crop, bicubic resize to
         ``image_size``, normalize; a float32 ``(N, 3, size, size)`` HPU tensor."""
         if self._media is None or self._media.batch_size != len(encoded) or self._media.image_size != image_size:

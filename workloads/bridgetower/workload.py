@@ -130,9 +130,11 @@ class BridgeTowerWorkload(Workload):
             max_seq_length=preset.max_seq_length,
             image_size=self.image_size,
             image_preprocessing="resize-shorter-bicubic-antialias+center-crop+clip-normalize (torch ops)",
-            image_pipeline=(dataset.pipeline.name if dataset.pipeline else "device-decode"),
+            image_pipeline=(dataset.pipeline.name if dataset.pipeline else
+                            "dali" if config.loader == "dali" else "device-decode"),
             image_pipeline_description=(dataset.pipeline.description if dataset.pipeline else
-                                        "encoded bytes from the workers, decoded and preprocessed on the device"),
+                                        "encoded bytes from the workers, decoded and preprocessed on the device"
+                                        + (" by NVIDIA DALI" if config.loader == "dali" else "")),
             image_mean=list(CLIP_MEAN),
             image_std=list(CLIP_STD),
             optimizer=optimizer_description,
@@ -150,9 +152,12 @@ class BridgeTowerWorkload(Workload):
     def _pixel_values(self, batch: Any) -> torch.Tensor:
         if "images" in batch:  # a worker-side pipeline ran; its device stage finishes the batch
             return self._pipeline.device_stage(batch["images"], self.device.torch_device)
-        done = self.device.device_preprocess(batch["encoded_images"], self.image_size, CLIP_MEAN, CLIP_STD)
+        done = self.device.device_preprocess(batch["encoded_images"], self.image_size, CLIP_MEAN, CLIP_STD,
+                                             loader=self.config.loader)
         if done is not None:
             return done
+        if self.config.loader == "dali":
+            raise SuiteError(f"device {self.config.device!r} returned no DALI output")
         images = self.device.decode_images(batch["encoded_images"])
         return torch.stack([preprocess_image(image, self.image_size) for image in images])
 
