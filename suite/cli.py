@@ -87,6 +87,18 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _add_one_configuration_options(parser: argparse.ArgumentParser) -> None:
+    """The options of commands that measure one configuration (`suite tune`, `suite bench-overhead`)."""
+    parser.add_argument("--workload", default=DEFAULT_WORKLOAD)
+    parser.add_argument("--preset", default=None)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--loader", type=_choice(LOADERS), default="cpu")
+    parser.add_argument("--precision", type=_choice(PRECISIONS), default="fp32")
+    parser.add_argument("--warmup-steps", type=_int_at_least(0), default=DEFAULT_WARMUP_STEPS)
+    parser.add_argument("--batch-size", type=_int_at_least(1), default=None)
+    parser.add_argument("--dataset", default=None)
+
+
 def build_parser(suppress_run_defaults: bool = False) -> argparse.ArgumentParser:
     """The CLI parser; ``suppress_run_defaults`` leaves out `suite run` options not given (for merging
     them over a config file)."""
@@ -217,11 +229,7 @@ def build_parser(suppress_run_defaults: bool = False) -> argparse.ArgumentParser
                     "each --prefetch-factors value (each a recorded run, as `suite run`), recommend the smallest "
                     "setting whose throughput is within --tolerance of the best, and plot throughput and host PSS "
                     "(tune.png, tune.json; logged to the MLflow tune run with the pick as tags).")
-    tune.add_argument("--workload", default=DEFAULT_WORKLOAD)
-    tune.add_argument("--preset", default=None)
-    tune.add_argument("--device", default="cpu")
-    tune.add_argument("--loader", type=_choice(LOADERS), default="cpu")
-    tune.add_argument("--precision", type=_choice(PRECISIONS), default="fp32")
+    _add_one_configuration_options(tune)
     tune.add_argument("--max-workers", type=_non_negative_int, default=None,
                       help="largest num_workers tried (default: the core count)")
     tune.add_argument("--prefetch-factors", type=_parse_list(_int_at_least(1), "prefetch factors"), default=(2,),
@@ -229,10 +237,7 @@ def build_parser(suppress_run_defaults: bool = False) -> argparse.ArgumentParser
     tune.add_argument("--tolerance", type=float, default=0.05,
                       help="a setting within this fraction of the best throughput is good enough (default: 0.05)")
     tune.add_argument("--steps", type=_int_at_least(1), default=20, help="measured steps per setting (default: 20)")
-    tune.add_argument("--warmup-steps", type=_int_at_least(0), default=DEFAULT_WARMUP_STEPS)
-    tune.add_argument("--batch-size", type=_int_at_least(1), default=None)
     tune.add_argument("--seed", type=_int_at_least(0), default=DEFAULT_SEED)
-    tune.add_argument("--dataset", default=None)
     tune.add_argument("--output", type=Path, default=None, help="default: ./suite-results/tune-<time>")
     tune.add_argument("--tracking-uri", default=None)
     tune.add_argument("--experiment", default=None)
@@ -261,19 +266,13 @@ def build_parser(suppress_run_defaults: bool = False) -> argparse.ArgumentParser
         description="Train one configuration in one process, alternating blocks of steps of a bare hand-written "
                     "loop and of the suite's own step loop with every tracker on (synchronized step timer, "
                     "MLPerf log, host RAM sampler in a separate process, MLflow system metrics); the overhead "
-                    "is the ratio of median step times. Also measures the host RAM sampler's own cost.")
-    overhead.add_argument("--workload", default=DEFAULT_WORKLOAD)
-    overhead.add_argument("--preset", default=None)
-    overhead.add_argument("--device", default="cpu")
-    overhead.add_argument("--loader", type=_choice(LOADERS), default="cpu")
-    overhead.add_argument("--precision", type=_choice(PRECISIONS), default="fp32")
+                    "is the median over block pairs of the suite's step time over the bare loop's, minus 1. "
+                    "Also measures the tracker process's CPU share and the host RAM sampler's own cost.")
+    _add_one_configuration_options(overhead)
     overhead.add_argument("--workers", type=_non_negative_int, default=0, help="dataloader_num_workers (default: 0)")
     overhead.add_argument("--steps", type=_int_at_least(1), default=10, help="steps per block (default: 10)")
     overhead.add_argument("--blocks", type=_int_at_least(1), default=6,
                           help="blocks of each kind, alternating (default: 6)")
-    overhead.add_argument("--warmup-steps", type=_int_at_least(0), default=DEFAULT_WARMUP_STEPS)
-    overhead.add_argument("--batch-size", type=_int_at_least(1), default=None)
-    overhead.add_argument("--dataset", default=None)
     overhead.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
     overhead.add_argument("--output", type=Path, default=None, help="also write the JSON figures to this file")
 

@@ -110,6 +110,17 @@ def speedups(rows: Sequence[Row], baseline: str | None = None) -> tuple[Row, lis
     return base, [r.metrics["throughput_samples_per_s"] / reference for r in rows]
 
 
+def finish_workers_axis(axis: Any, title: str, ylabel: str, workers: Sequence[int], legend_size: int) -> None:
+    """Title, labels, ticks at the ``dataloader_num_workers`` values, y from 0, grid and legend."""
+    axis.set_title(title)
+    axis.set_xlabel("dataloader_num_workers")
+    axis.set_ylabel(ylabel)
+    axis.set_xticks(list(workers))
+    axis.set_ylim(bottom=0)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=legend_size)
+
+
 def plot(rows: Sequence[Row], directory: Path) -> list[Path]:
     """Write throughput.png and memory.png into ``directory``; returns their paths."""
     import matplotlib
@@ -127,13 +138,7 @@ def plot(rows: Sequence[Row], directory: Path) -> list[Path]:
     workers = sorted({r.num_workers for r in rows})
 
     def finish(axis: Any, title: str, ylabel: str, legend_size: int) -> None:
-        axis.set_title(title)
-        axis.set_xlabel("dataloader_num_workers")
-        axis.set_ylabel(ylabel)
-        axis.set_xticks(workers)
-        axis.set_ylim(bottom=0)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=legend_size)
+        finish_workers_axis(axis, title, ylabel, workers, legend_size)
 
     def save(fig: Any, path: Path) -> Path:
         fig.tight_layout()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from suite.comparison import finish_workers_axis
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError
 from suite.results import FINISHED, RunResult
@@ -116,15 +117,8 @@ def plot(outcome: TuneOutcome, path: Path, title: str) -> Path:
     speed.scatter([pick.num_workers], [pick.throughput_samples_per_s], s=160, facecolors="none",
                   edgecolors="red", linewidths=2, label=f"recommended: {pick.label}", zorder=5)
     workers = sorted({p.num_workers for p in outcome.points})
-    for axis, ylabel, what in ((speed, "samples/s (measured steps)", "Throughput"),
-                               (ram, "MiB", "Host RAM peak (PSS, process + workers)")):
-        axis.set_title(what)
-        axis.set_xlabel("dataloader_num_workers")
-        axis.set_ylabel(ylabel)
-        axis.set_xticks(workers)
-        axis.set_ylim(bottom=0)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+    finish_workers_axis(speed, "Throughput", "samples/s (measured steps)", workers, 8)
+    finish_workers_axis(ram, "Host RAM peak (PSS, process + workers)", "MiB", workers, 8)
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

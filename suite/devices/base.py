@@ -62,6 +62,7 @@ class DeviceAdapter(ABC):
     def __init__(self, local_rank: int = 0) -> None:
         self.local_rank = local_rank
         self._device: Any = None
+        self._dali: Any = None  # the DALI pipeline of loader ``dali``, built on first use
 
     # --- identity and availability -------------------------------------------------------
     @classmethod
@@ -196,7 +197,7 @@ class DeviceAdapter(ABC):
             return None
         from suite.devices.dali import DaliPreprocessor
 
-        dali = getattr(self, "_dali", None)
+        dali = self._dali
         if dali is None or (dali.batch_size, dali.image_size) != (len(encoded), image_size):
             dali = self._dali = DaliPreprocessor(len(encoded), image_size, mean, std, self.dali_device_id())
         return dali(encoded, self.torch_device)

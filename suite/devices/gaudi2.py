@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 import os
 import queue
-from typing import Any, ClassVar, Sequence
+from typing import Any, Sequence
 
 from suite.devices.base import Availability, DeviceAdapter, DeviceMemory
 from suite.errors import SuiteError
@@ -50,6 +50,7 @@ class Gaudi2Adapter(DeviceAdapter):
         super().__init__(local_rank)
         self._optimizer = ""
         self._media: Any = None
+        self._clipper: Any = None
 
     @classmethod
     def availability(cls) -> Availability:
@@ -112,8 +113,8 @@ class Gaudi2Adapter(DeviceAdapter):
         return fused(params, lr=lr, eps=eps, weight_decay=weight_decay), self._optimizer
 
     def clip_grad_norm(self, params: Any, max_norm: float) -> None:
-        clip = importlib.import_module("habana_frameworks.torch.hpex.normalization").FusedClipNorm
-        if not hasattr(self, "_clipper"):
+        if self._clipper is None:
+            clip = importlib.import_module("habana_frameworks.torch.hpex.normalization").FusedClipNorm
             self._clipper = clip(params, max_norm)
         self._clipper.clip_norm(params)
 

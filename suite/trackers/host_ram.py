@@ -50,23 +50,21 @@ def sample_tree(root: psutil.Process, with_pss: bool = True,
     pss: int | None = 0
     counted = 0
     for proc in procs:
-        try:
-            info = proc.memory_full_info() if with_pss else None
-            if not with_pss:
-                rss += proc.memory_info().rss
-                counted += 1
+        info = None
+        if with_pss:
+            try:
+                info = proc.memory_full_info()
+            except psutil.NoSuchProcess:  # (and ZombieProcess) exited between listing and reading
                 continue
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            continue  # exited between listing and reading
-        except psutil.AccessDenied:
-            info = None
-        if info is None:
+            except psutil.AccessDenied:
+                pass  # PSS not readable: RSS below, and the PSS sum is unknown
+        if info is None:  # RSS only: asked for, or PSS denied
             try:
                 rss += proc.memory_info().rss
-                pss = None
-                counted += 1
             except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
+                continue
+            pss = None
+            counted += 1
             continue
         rss += info.rss
         counted += 1

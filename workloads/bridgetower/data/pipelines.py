@@ -37,6 +37,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from suite.imaging import decode_to_rgb_tensor
+
 from workloads.bridgetower.preprocessing import (
     CLIP_MEAN,
     CLIP_STD,
@@ -174,8 +176,6 @@ class ReferencePipeline(ImagePipeline):
     description = "Pillow decode + float resize/crop/normalize in the workers, float32 sent (run_bridgetower.py)"
 
     def worker_stage(self, data: bytes) -> torch.Tensor:
-        from suite.imaging import decode_to_rgb_tensor
-
         return preprocess_image(decode_to_rgb_tensor(data), self.image_size)
 
     def device_stage(self, batch: torch.Tensor, device: Any) -> torch.Tensor:
