@@ -2,7 +2,7 @@
 
 For each pipeline of :mod:`.data.pipelines` it measures
 
-* images per second per worker: the worker stage alone, in this process on one thread (what one
+* images per second per worker: the worker stage alone, in a forked process on one thread (what one
   DataLoader worker can deliver);
 * end to end: a DataLoader with ``num_workers`` workers over the same images, each batch finished by
   the device stage on the CPU device, as batches (and images) per second.
@@ -33,6 +33,7 @@ from workloads.bridgetower.data.pipelines import (
     jpeg_decoder_name,
     psnr_db,
 )
+from workloads.bridgetower.data.resample import resampler_name
 from workloads.bridgetower.data.sources import open_source
 from workloads.bridgetower.preprocessing import CLIP_STD
 
@@ -197,6 +198,7 @@ def run_loader_benchmark(options: LoaderBenchOptions, progress: Callable[[str], 
             "images": len(images), "image_size": options.image_size, "batch_size": options.batch_size,
             "num_workers": workers, "rounds": options.rounds, "batches_per_epoch": batches_per_epoch,
             "device_stage_on": "cpu", "closed_tolerance": CLOSED_TOLERANCE, "jpeg_decoder": jpeg_decoder_name(),
+            "resampler": resampler_name(),
             "torch": torch.__version__, "logical_cores": os.cpu_count(), "dataset": dataset,
         },
     )

@@ -1,0 +1,125 @@
+"""The reference's resize + center crop + normalization as one fast pass over a decoded uint8 image.
+
+The reference does ``F.interpolate(mode="bicubic", antialias=True)`` of the shorter side to ``size``,
+``CenterCrop(size)`` and a per-channel affine normalization, in float32. The resize is linear and
+separable: each output pixel is a weighted sum of input pixels along one axis, then along the other, with
+torch's weights (Keys' cubic, a = -0.5, widened by the downscale factor, normalized per output pixel;
+:func:`filter_taps`). This module computes the same sums, differently scheduled:
+
+* only the kept (cropped) pixels are computed, on both axes;
+* rows first, straight from the decoder's interleaved uint8 ``(H, W, 3)`` array, each output row a
+  weighted sum of whole input rows (the inner loop runs along a contiguous row, so it vectorizes, and the
+  uint8 -> float32 conversion happens in registers: no float copy of the full image);
+* columns second, writing planar ``(3, size, size)`` float32 with the normalization fused in.
+
+The kernels are compiled with numba (LLVM). Sums are float32 as in torch, only in another order, so the
+result matches torch's to float32 rounding (~1e-2 of an 8-bit level; tested). Where numba is not
+installed, torch's own kernel computes the same result, slower; :func:`resampler_name` says which ran.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from workloads.bridgetower.data.host_memory import empty_on_huge_pages
+from workloads.bridgetower.preprocessing import center_crop_offsets, resized_hw
+
+
+def filter_taps(in_size: int, out_size: int, start: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Taps of torch's antialiased bicubic resampling from ``in_size`` to ``out_size`` samples, for the
+    outputs ``start .. start + count - 1``: ``(first input index, tap count, weights (count, max_taps))``
+    (needs numba)."""
+    kernels = _kernels()
+    if kernels is None:
+        raise RuntimeError("filter_taps needs numba: pip install numba")
+    return kernels.filter_taps(in_size, out_size, start, count)
+
+
+@functools.cache
+def _kernels() -> Any | None:
+    """The compiled kernels module, or ``None`` where numba is not installed."""
+    try:
+        from workloads.bridgetower.data import _resample_kernels
+    except ImportError:
+        return None
+    return _resample_kernels
+
+
+def resampler_name() -> str:
+    """Which implementation :func:`resize_crop` uses here."""
+    if _kernels() is None:
+        return "torch F.interpolate (numba not installed)"
+    import numba
+
+    return f"numba {numba.__version__} (two separable passes, cropped pixels only)"
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the kernels now, e.g. in the main process before DataLoader
+    workers fork, so that no worker compiles them on its first image."""
+    for dtype in (torch.float32, torch.uint8):
+        resize_crop(np.zeros((12, 10, 3), np.uint8), 8, dtype=dtype)
+    normalize_uint8(torch.zeros((1, 3, 2, 2), dtype=torch.uint8), (1.0,) * 3, (0.0,) * 3)
+
+
+def resize_crop(
+    image: np.ndarray,
+    size: int,
+    scale: Sequence[float] = (1.0, 1.0, 1.0),
+    shift: Sequence[float] = (0.0, 0.0, 0.0),
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """uint8 RGB ``(H, W, 3)`` -> ``(3, size, size)``: shorter side resized to ``size`` (bicubic,
+    antialiased, as torch's ``interpolate``), center-cropped, then ``value * scale[c] + shift[c]`` per
+    channel (values on the 0..255 scale before that), computed in float32 and returned as ``dtype``:
+    ``torch.float32``, or ``torch.uint8`` (rounded half up, clamped to 0..255)."""
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"expected a uint8 array of shape (H, W, 3), got {image.dtype} {image.shape}")
+    if dtype not in (torch.float32, torch.uint8):
+        raise ValueError(f"dtype must be torch.float32 or torch.uint8, got {dtype}")
+    height, width = image.shape[:2]
+    new_h, new_w = resized_hw(height, width, size)
+    top, left = center_crop_offsets(new_h, new_w, size)
+    scale_a = np.asarray(scale, dtype=np.float32)
+    shift_a = np.asarray(shift, dtype=np.float32)
+    kernels = _kernels()
+    if kernels is None:
+        out = _resize_crop_torch(image, size, new_h, new_w, top, left, scale_a, shift_a)
+        return out if dtype == torch.float32 else out.add_(0.5).clamp_(0.0, 255.0).to(torch.uint8)
+    out = np.empty((3, size, size), np.float32 if dtype == torch.float32 else np.uint8)
+    kernels.resize_crop(np.ascontiguousarray(image), size, new_h, new_w, top, left, scale_a, shift_a, out)
+    return torch.from_numpy(out)
+
+
+def normalize_uint8(batch: torch.Tensor, scale: Sequence[float], shift: Sequence[float]) -> torch.Tensor:
+    """uint8 ``(B, 3, H, W)`` -> float32 ``value * scale[c] + shift[c]``, in one pass (numba; torch's
+    conversion + two in-place passes where numba is missing), into memory that may use huge pages
+    (:func:`.host_memory.empty_on_huge_pages`)."""
+    if batch.dtype != torch.uint8 or batch.ndim != 4 or batch.shape[1] != 3 or batch.device.type != "cpu":
+        raise ValueError(f"expected a uint8 CPU tensor of shape (B, 3, H, W), got {batch.dtype} "
+                         f"{tuple(batch.shape)} on {batch.device}")
+    out = empty_on_huge_pages(batch.shape)
+    scale_a = np.asarray(scale, dtype=np.float32)
+    shift_a = np.asarray(shift, dtype=np.float32)
+    kernels = _kernels()
+    if kernels is None:
+        out.copy_(batch)
+        return out.mul_(torch.from_numpy(scale_a).view(1, 3, 1, 1)).add_(torch.from_numpy(shift_a).view(1, 3, 1, 1))
+    flat = batch.contiguous().numpy().reshape(batch.shape[0], 3, -1)
+    kernels.normalize(flat, scale_a, shift_a, out.numpy().reshape(batch.shape[0], 3, -1))
+    return out
+
+
+def _resize_crop_torch(image: np.ndarray, size: int, new_h: int, new_w: int, top: int, left: int,
+                       scale: np.ndarray, shift: np.ndarray) -> torch.Tensor:
+    """The same result with torch's kernel (the fallback without numba)."""
+    x = torch.from_numpy(image).permute(2, 0, 1).unsqueeze(0).to(torch.float32)
+    if (new_h, new_w) != tuple(x.shape[-2:]):
+        x = F.interpolate(x, size=(new_h, new_w), mode="bicubic", antialias=True, align_corners=False)
+    x = x[0, :, top:top + size, left:left + size]
+    return torch.addcmul(torch.from_numpy(shift).view(3, 1, 1), x, torch.from_numpy(scale).view(3, 1, 1))
