@@ -1,9 +1,12 @@
 """The compiled resize + crop + normalize equals torch's interpolate + crop, for every shape it meets."""
 
+import io
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
 from workloads.bridgetower.data import resample
 from workloads.bridgetower.data.host_memory import empty_on_huge_pages
@@ -16,12 +19,13 @@ SHAPES = [((578, 638), 294), ((720, 480), 294), ((294, 640), 294), ((400, 294), 
           ((12, 10), 8), ((9, 300), 7), ((1000, 33), 31), ((301, 299), 298), ((64, 64), 64), ((3, 5), 8)]
 
 
-def _torch_resize_crop(image: np.ndarray, size: int) -> torch.Tensor:
-    """What the reference does, on 0..255 values: torch's antialiased bicubic, then the center crop."""
+def _torch_resize_crop(image: np.ndarray, size: int, mode: str = "bicubic") -> torch.Tensor:
+    """What the reference does, on 0..255 values: torch's antialiased bicubic (or bilinear), then the
+    center crop."""
     x = torch.from_numpy(image).permute(2, 0, 1).unsqueeze(0).to(torch.float32)
     new_h, new_w = resized_hw(image.shape[0], image.shape[1], size)
     if (new_h, new_w) != tuple(x.shape[-2:]):
-        x = F.interpolate(x, size=(new_h, new_w), mode="bicubic", antialias=True, align_corners=False)
+        x = F.interpolate(x, size=(new_h, new_w), mode=mode, antialias=True, align_corners=False)
     top, left = center_crop_offsets(new_h, new_w, size)
     return x[0, :, top:top + size, left:left + size]
 
@@ -34,11 +38,12 @@ def _image(shape, seed=0):
     return image
 
 
+@pytest.mark.parametrize("mode", resample.MODES)
 @pytest.mark.parametrize("shape,size", SHAPES)
-def test_resize_crop_equals_torch_interpolate_and_center_crop(shape, size):
+def test_resize_crop_equals_torch_interpolate_and_center_crop(shape, size, mode):
     image = _image(shape)
-    expected = _torch_resize_crop(image, size)
-    got = resample.resize_crop(image, size)
+    expected = _torch_resize_crop(image, size, mode)
+    got = resample.resize_crop(image, size, mode=mode)
     assert got.dtype == torch.float32 and got.shape == (3, size, size)
     # float32 sums in another order: far below one 8-bit level (the closed pipeline's budget is 0.27 level)
     assert float((got - expected).abs().max()) < 0.02
@@ -62,26 +67,28 @@ def test_the_normalization_is_fused_per_channel():
     assert float((fused - expected).abs().max()) < 1e-5
 
 
-def test_filter_taps_cover_the_support_and_sum_to_one():
+@pytest.mark.parametrize("mode", resample.MODES)
+def test_filter_taps_cover_the_support_and_sum_to_one(mode):
     for in_size, out_size in ((638, 325), (300, 294), (150, 294), (10, 10)):
-        first, taps, weights = resample.filter_taps(in_size, out_size, 0, out_size)
+        first, taps, weights = resample.filter_taps(in_size, out_size, 0, out_size, mode)
         assert first.min() >= 0 and (first + taps).max() <= in_size
         assert np.allclose(weights.sum(axis=1), 1.0, atol=1e-6)
         assert np.all(weights[np.arange(weights.shape[1])[None, :] >= taps[:, None]] == 0)
-    first, taps, weights = resample.filter_taps(10, 10, 0, 10)  # same size: the identity
+    first, taps, weights = resample.filter_taps(10, 10, 0, 10, mode)  # same size: the identity
     assert np.array_equal(weights[np.arange(10), np.arange(10) - first], np.ones(10, np.float32))
 
 
 def test_torch_fallback_gives_the_same_result_without_numba(monkeypatch):
     image = _image((401, 333))
     compiled = resample.resize_crop(image, 96, *CLIP_AFFINE)
-    compiled_u8 = resample.resize_crop(image, 96, dtype=torch.uint8)
+    compiled_u8 = resample.resize_crop(image, 96, dtype=torch.uint8, mode="bilinear")
     batch = torch.from_numpy(_image((2, 5 * 7))).reshape(2, 3, 5, 7).contiguous()
     normalized = resample.normalize_uint8(batch, *CLIP_AFFINE)
     monkeypatch.setattr(resample, "_kernels", lambda: None)
     assert resample.resampler_name().startswith("torch")
     assert float((resample.resize_crop(image, 96, *CLIP_AFFINE) - compiled).abs().max()) < 1e-4
-    assert int((resample.resize_crop(image, 96, dtype=torch.uint8).int() - compiled_u8.int()).abs().max()) <= 1
+    fallback_u8 = resample.resize_crop(image, 96, dtype=torch.uint8, mode="bilinear")
+    assert int((fallback_u8.int() - compiled_u8.int()).abs().max()) <= 1
     assert torch.allclose(resample.normalize_uint8(batch, *CLIP_AFFINE), normalized, atol=1e-6)
     with pytest.raises(RuntimeError, match="needs numba"):
         resample.filter_taps(10, 5, 0, 5)
@@ -102,6 +109,8 @@ def test_bad_input_gets_a_clear_error():
         resample.resize_crop(np.zeros((10, 10), np.uint8), 8)
     with pytest.raises(ValueError, match="dtype must be"):
         resample.resize_crop(np.zeros((10, 10, 3), np.uint8), 8, dtype=torch.float16)
+    with pytest.raises(ValueError, match="mode must be one of bicubic, bilinear, got 'nearest'"):
+        resample.resize_crop(np.zeros((10, 10, 3), np.uint8), 8, mode="nearest")
 
 
 def test_empty_on_huge_pages_is_an_ordinary_writable_tensor():
@@ -120,9 +129,6 @@ def test_dct_reduction_keeps_the_shorter_side_and_uses_powers_of_two_only():
 
 
 def test_reduced_jpeg_decoding_gives_the_expected_size():
-    from PIL import Image
-    import io
-
     buffer = io.BytesIO()
     Image.fromarray(_image((601, 803))).save(buffer, format="JPEG", quality=90)
     data = buffer.getvalue()

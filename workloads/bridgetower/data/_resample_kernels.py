@@ -13,38 +13,47 @@ from numba.extending import overload
 CUBIC_A = -0.5
 
 
-@numba.njit(cache=True, nogil=True)
-def filter_taps(in_size, out_size, start, count):
-    """Taps of torch's antialiased bicubic resampling from ``in_size`` to ``out_size`` samples for the
-    outputs ``start .. start + count - 1``: (first input index, tap count, weights (count, max_taps)).
+@numba.njit(cache=True, nogil=True, inline="always")
+def _filter(x, cubic):
+    """torch's antialiasing filters at distance ``x``: Keys' cubic (a = -0.5) or the triangle (bilinear)."""
+    x = abs(x)
+    if not cubic:
+        return 1.0 - x if x < 1.0 else 0.0
+    a = CUBIC_A
+    if x < 1.0:
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+    if x < 2.0:
+        return ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+    return 0.0
 
-    ``_compute_weights_aa`` of ATen's UpSampleKernel.cpp (align_corners=False): support of 2 input pixels,
-    widened by the scale when downscaling; weights normalized per output; unused taps are 0.
+
+@numba.njit(cache=True, nogil=True)
+def filter_taps(in_size, out_size, start, count, cubic):
+    """Taps of torch's antialiased bicubic (``cubic``) or bilinear resampling from ``in_size`` to
+    ``out_size`` samples for the outputs ``start .. start + count - 1``: (first input index, tap count,
+    weights (count, max_taps)).
+
+    ``_compute_weights_aa`` of ATen's UpSampleKernel.cpp (align_corners=False): a support of 2 (cubic) or 1
+    (bilinear) input pixels, widened by the scale when downscaling; weights normalized per output; unused
+    taps are 0.
     """
     scale = in_size / out_size
-    support = 2.0 * scale if scale >= 1.0 else 2.0
+    radius = 2.0 if cubic else 1.0
+    support = radius * scale if scale >= 1.0 else radius
     inv_scale = 1.0 / scale if scale >= 1.0 else 1.0
     max_taps = int(math.ceil(support)) * 2 + 1
     first = np.empty(count, np.int64)
     taps = np.empty(count, np.int64)
     weights = np.zeros((count, max_taps), np.float32)
     row = np.empty(max_taps, np.float64)
-    a = CUBIC_A
     for o in range(count):
         center = scale * (start + o + 0.5)
         lo = max(int(center - support + 0.5), 0)
         n = min(max(min(int(center + support + 0.5), in_size) - lo, 0), max_taps)
         total = 0.0
         for k in range(n):
-            x = abs((k + lo - center + 0.5) * inv_scale)
-            if x < 1.0:
-                w = ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
-            elif x < 2.0:
-                w = ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
-            else:
-                w = 0.0
-            row[k] = w
-            total += w
+            row[k] = _filter((k + lo - center + 0.5) * inv_scale, cubic)
+            total += row[k]
         for k in range(n):
             weights[o, k] = row[k] / total if total != 0.0 else 0.0
         first[o] = lo
@@ -53,12 +62,12 @@ def filter_taps(in_size, out_size, start, count):
 
 
 @numba.njit(cache=True, nogil=True)
-def resize_crop(image, size, new_h, new_w, top, left, scale, shift, out):
+def resize_crop(image, size, new_h, new_w, top, left, scale, shift, out, cubic):
     """uint8 ``(H, W, 3)`` -> ``out`` ``(3, size, size)`` (float32 or uint8): rows, then columns (see the
     module docstring of :mod:`workloads.bridgetower.data.resample`)."""
     height, width = image.shape[0], image.shape[1]
-    row_first, row_taps, row_weights = filter_taps(height, new_h, top, size)
-    col_first, col_taps, col_weights = filter_taps(width, new_w, left, size)
+    row_first, row_taps, row_weights = filter_taps(height, new_h, top, size, cubic)
+    col_first, col_taps, col_weights = filter_taps(width, new_w, left, size, cubic)
     rows = np.empty((size, width * 3), np.float32)
     resample_rows(image.reshape(height, width * 3), row_first, row_taps, row_weights, rows)
     resample_columns(rows.reshape(size, width, 3), col_first, col_taps, col_weights, scale, shift, out)

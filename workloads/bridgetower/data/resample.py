@@ -4,7 +4,7 @@ The reference does ``F.interpolate(mode="bicubic", antialias=True)`` of the shor
 ``CenterCrop(size)`` and a per-channel affine normalization, in float32. The resize is linear and
 separable: each output pixel is a weighted sum of input pixels along one axis, then along the other, with
 torch's weights (Keys' cubic, a = -0.5, widened by the downscale factor, normalized per output pixel;
-:func:`filter_taps`). This module computes the same sums, differently scheduled:
+:func:`filter_taps`; the bilinear triangle filter likewise, for the ``open`` pipeline). This module computes the same sums, differently scheduled:
 
 * only the kept (cropped) pixels are computed, on both axes;
 * rows first, straight from the decoder's interleaved uint8 ``(H, W, 3)`` array, each output row a
@@ -30,14 +30,24 @@ from workloads.bridgetower.data.host_memory import empty_on_huge_pages
 from workloads.bridgetower.preprocessing import center_crop_offsets, resized_hw
 
 
-def filter_taps(in_size: int, out_size: int, start: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Taps of torch's antialiased bicubic resampling from ``in_size`` to ``out_size`` samples, for the
+MODES = ("bicubic", "bilinear")
+
+
+def filter_taps(in_size: int, out_size: int, start: int, count: int, mode: str = "bicubic"
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Taps of torch's antialiased ``mode`` resampling from ``in_size`` to ``out_size`` samples, for the
     outputs ``start .. start + count - 1``: ``(first input index, tap count, weights (count, max_taps))``
     (needs numba)."""
     kernels = _kernels()
     if kernels is None:
         raise RuntimeError("filter_taps needs numba: pip install numba")
-    return kernels.filter_taps(in_size, out_size, start, count)
+    return kernels.filter_taps(in_size, out_size, start, count, _is_cubic(mode))
+
+
+def _is_cubic(mode: str) -> bool:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    return mode == "bicubic"
 
 
 @functools.cache
@@ -63,7 +73,8 @@ def warm_up() -> None:
     """Compile (or load from numba's cache) the kernels now, e.g. in the main process before DataLoader
     workers fork, so that no worker compiles them on its first image."""
     for dtype in (torch.float32, torch.uint8):
-        resize_crop(np.zeros((12, 10, 3), np.uint8), 8, dtype=dtype)
+        for mode in MODES:
+            resize_crop(np.zeros((12, 10, 3), np.uint8), 8, dtype=dtype, mode=mode)
     normalize_uint8(torch.zeros((1, 3, 2, 2), dtype=torch.uint8), (1.0,) * 3, (0.0,) * 3)
 
 
@@ -73,15 +84,17 @@ def resize_crop(
     scale: Sequence[float] = (1.0, 1.0, 1.0),
     shift: Sequence[float] = (0.0, 0.0, 0.0),
     dtype: torch.dtype = torch.float32,
+    mode: str = "bicubic",
 ) -> torch.Tensor:
-    """uint8 RGB ``(H, W, 3)`` -> ``(3, size, size)``: shorter side resized to ``size`` (bicubic,
-    antialiased, as torch's ``interpolate``), center-cropped, then ``value * scale[c] + shift[c]`` per
-    channel (values on the 0..255 scale before that), computed in float32 and returned as ``dtype``:
-    ``torch.float32``, or ``torch.uint8`` (rounded half up, clamped to 0..255)."""
+    """uint8 RGB ``(H, W, 3)`` -> ``(3, size, size)``: shorter side resized to ``size`` (``mode``: bicubic
+    or bilinear, antialiased, as torch's ``interpolate``), center-cropped, then ``value * scale[c] +
+    shift[c]`` per channel (values on the 0..255 scale before that), computed in float32 and returned as
+    ``dtype``: ``torch.float32``, or ``torch.uint8`` (rounded half up, clamped to 0..255)."""
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
         raise ValueError(f"expected a uint8 array of shape (H, W, 3), got {image.dtype} {image.shape}")
     if dtype not in (torch.float32, torch.uint8):
         raise ValueError(f"dtype must be torch.float32 or torch.uint8, got {dtype}")
+    cubic = _is_cubic(mode)
     height, width = image.shape[:2]
     new_h, new_w = resized_hw(height, width, size)
     top, left = center_crop_offsets(new_h, new_w, size)
@@ -89,10 +102,10 @@ def resize_crop(
     shift_a = np.asarray(shift, dtype=np.float32)
     kernels = _kernels()
     if kernels is None:
-        out = _resize_crop_torch(image, size, new_h, new_w, top, left, scale_a, shift_a)
+        out = _resize_crop_torch(image, size, new_h, new_w, top, left, scale_a, shift_a, mode)
         return out if dtype == torch.float32 else out.add_(0.5).clamp_(0.0, 255.0).to(torch.uint8)
     out = np.empty((3, size, size), np.float32 if dtype == torch.float32 else np.uint8)
-    kernels.resize_crop(np.ascontiguousarray(image), size, new_h, new_w, top, left, scale_a, shift_a, out)
+    kernels.resize_crop(np.ascontiguousarray(image), size, new_h, new_w, top, left, scale_a, shift_a, out, cubic)
     return torch.from_numpy(out)
 
 
@@ -116,10 +129,10 @@ def normalize_uint8(batch: torch.Tensor, scale: Sequence[float], shift: Sequence
 
 
 def _resize_crop_torch(image: np.ndarray, size: int, new_h: int, new_w: int, top: int, left: int,
-                       scale: np.ndarray, shift: np.ndarray) -> torch.Tensor:
+                       scale: np.ndarray, shift: np.ndarray, mode: str) -> torch.Tensor:
     """The same result with torch's kernel (the fallback without numba)."""
     x = torch.from_numpy(image).permute(2, 0, 1).unsqueeze(0).to(torch.float32)
     if (new_h, new_w) != tuple(x.shape[-2:]):
-        x = F.interpolate(x, size=(new_h, new_w), mode="bicubic", antialias=True, align_corners=False)
+        x = F.interpolate(x, size=(new_h, new_w), mode=mode, antialias=True, align_corners=False)
     x = x[0, :, top:top + size, left:left + size]
     return torch.addcmul(torch.from_numpy(shift).view(3, 1, 1), x, torch.from_numpy(scale).view(3, 1, 1))
