@@ -71,6 +71,8 @@ def test_jpeg_fast_path_decodes_the_same_pixels_as_pillow(jpegs):
 
 def test_open_pipeline_differs_and_reports_its_fidelity(jpegs):
     reference, opened = _finish("reference", jpegs), _finish("open", jpegs)
+    sent = PIPELINES["open"](SIZE, "cpu").worker_stage(jpegs[0])
+    assert sent.dtype == torch.uint8 and sent.shape == (3, SIZE, SIZE)  # uint8 crosses, even to the CPU device
     assert torch.allclose(_finish("open", jpegs, "cuda"), opened, atol=1e-5)  # uint8 sent: same result
     assert opened.shape == reference.shape and opened.dtype == torch.float32
     assert not torch.allclose(opened, reference, atol=CLOSED_TOLERANCE)
