@@ -89,7 +89,9 @@ def resample_rows(src, first, taps, weights, out):
 
 
 def _store(out, index, value):
-    """``out[index] = value``: as is into a float array; rounded half up and clamped to 0..255 into uint8."""
+    """``out[index] = value``: as is into a float array; rounded half up and clamped to 0..255 into uint8.
+    Compiled code only: the ``@overload`` below picks the implementation from ``out``'s dtype."""
+    raise NotImplementedError("_store is implemented for numba-compiled callers only")
 
 
 @overload(_store, inline="always")
