@@ -30,20 +30,25 @@ def center_crop_offsets(height: int, width: int, size: int) -> tuple[int, int]:
     return int(round((height - size) / 2.0)), int(round((width - size) / 2.0))
 
 
+def resize_and_center_crop(x: torch.Tensor, size: int, mode: str = "bicubic") -> torch.Tensor:
+    """``Resize([size], mode, antialias=True)`` then ``CenterCrop(size)`` of a float ``(C, H, W)`` tensor
+    (a view of the resized tensor; no resampling where the shorter side already is ``size``)."""
+    height, width = x.shape[-2:]
+    new_h, new_w = resized_hw(height, width, size)
+    if (new_h, new_w) != (height, width):
+        x = F.interpolate(x.unsqueeze(0), size=(new_h, new_w), mode=mode, align_corners=False,
+                          antialias=True).squeeze(0)
+    top, left = center_crop_offsets(new_h, new_w, size)
+    return x[:, top:top + size, left:left + size]
+
+
 def preprocess_image(
     image: torch.Tensor, size: int, mean: Sequence[float] = CLIP_MEAN, std: Sequence[float] = CLIP_STD
 ) -> torch.Tensor:
     """uint8 RGB ``(3, H, W)`` -> normalized float32 ``(3, size, size)``, on the image's device."""
     if image.dtype != torch.uint8 or image.ndim != 3 or image.shape[0] != 3:
         raise ValueError(f"expected a uint8 tensor of shape (3, H, W), got {image.dtype} {tuple(image.shape)}")
-    x = image.to(torch.float32).div_(255.0)
-    height, width = x.shape[-2:]
-    new_h, new_w = resized_hw(height, width, size)
-    if (new_h, new_w) != (height, width):
-        x = F.interpolate(x.unsqueeze(0), size=(new_h, new_w), mode="bicubic", align_corners=False,
-                          antialias=True).squeeze(0)
-    top, left = center_crop_offsets(new_h, new_w, size)
-    x = x[:, top:top + size, left:left + size]
+    x = resize_and_center_crop(image.to(torch.float32).div_(255.0), size)
     mean_t = torch.tensor(mean, dtype=x.dtype, device=x.device).view(3, 1, 1)
     std_t = torch.tensor(std, dtype=x.dtype, device=x.device).view(3, 1, 1)
     return x.sub_(mean_t).div_(std_t).contiguous()

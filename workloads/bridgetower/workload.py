@@ -75,7 +75,6 @@ class BridgeTowerWorkload(Workload):
         self.preset = PRESETS[config.preset]
         self._facts: dict[str, Any] = {}
         self._loader: Any = None
-        self._pipeline: Any = None
         self._skipped = 0
 
     def setup(self) -> None:
@@ -117,7 +116,6 @@ class BridgeTowerWorkload(Workload):
         self.image_size = int(model.config.vision_config.image_size)  # `model`: unwrapped by DDP
         dataset = CaptionedImages(source, encoded["input_ids"], encoded["attention_mask"], config.loader,
                                   self.image_size, self.device.torch_device.type)
-        self._pipeline = dataset.pipeline
         self.train_dataset = dataset
         self._loader = make_loader(dataset, config.batch_size, config.num_workers, config.seed,
                                    pin_memory=self.device.torch_device.type == "cuda",
@@ -151,7 +149,7 @@ class BridgeTowerWorkload(Workload):
 
     def _pixel_values(self, batch: Any) -> torch.Tensor:
         if "images" in batch:  # a worker-side pipeline ran; its device stage finishes the batch
-            return self._pipeline.device_stage(batch["images"], self.device.torch_device)
+            return self.train_dataset.pipeline.device_stage(batch["images"], self.device.torch_device)
         done = self.device.device_preprocess(batch["encoded_images"], self.image_size, CLIP_MEAN, CLIP_STD,
                                              loader=self.config.loader)
         if done is not None:

@@ -224,9 +224,13 @@ class OpenPipeline(_OwnPipeline):
         the main process's one-pass normalization (~0.2 ms per image)."""
         return False
 
+    def __init__(self, image_size: int, device_type: str = "cpu") -> None:
+        super().__init__(image_size, device_type)
+        self._min_short_side = max(1, math.ceil(self.min_decoded_fraction * image_size))
+
     def worker_stage(self, data: bytes) -> torch.Tensor:
-        min_short_side = max(1, math.ceil(self.min_decoded_fraction * self.image_size))
-        return self._resize_crop(decode_rgb_hwc(data, min_short_side=min_short_side), torch.uint8, "bilinear")
+        return self._resize_crop(decode_rgb_hwc(data, min_short_side=self._min_short_side), torch.uint8,
+                                 "bilinear")
 
 
 PIPELINES: dict[str, type[ImagePipeline]] = {p.name: p for p in (ReferencePipeline, ClosedPipeline, OpenPipeline)}

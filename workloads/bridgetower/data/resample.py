@@ -24,10 +24,9 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from workloads.bridgetower.data.host_memory import empty_on_huge_pages
-from workloads.bridgetower.preprocessing import center_crop_offsets, resized_hw
+from workloads.bridgetower.preprocessing import center_crop_offsets, resize_and_center_crop, resized_hw
 
 
 MODES = ("bicubic", "bilinear")
@@ -95,15 +94,15 @@ def resize_crop(
     if dtype not in (torch.float32, torch.uint8):
         raise ValueError(f"dtype must be torch.float32 or torch.uint8, got {dtype}")
     cubic = _is_cubic(mode)
-    height, width = image.shape[:2]
-    new_h, new_w = resized_hw(height, width, size)
-    top, left = center_crop_offsets(new_h, new_w, size)
     scale_a = np.asarray(scale, dtype=np.float32)
     shift_a = np.asarray(shift, dtype=np.float32)
     kernels = _kernels()
     if kernels is None:
-        out = _resize_crop_torch(image, size, new_h, new_w, top, left, scale_a, shift_a, mode)
+        out = _resize_crop_torch(image, size, scale_a, shift_a, mode)
         return out if dtype == torch.float32 else out.add_(0.5).clamp_(0.0, 255.0).to(torch.uint8)
+    height, width = image.shape[:2]
+    new_h, new_w = resized_hw(height, width, size)
+    top, left = center_crop_offsets(new_h, new_w, size)
     out = np.empty((3, size, size), np.float32 if dtype == torch.float32 else np.uint8)
     kernels.resize_crop(np.ascontiguousarray(image), size, new_h, new_w, top, left, scale_a, shift_a, out, cubic)
     return torch.from_numpy(out)
@@ -128,11 +127,8 @@ def normalize_uint8(batch: torch.Tensor, scale: Sequence[float], shift: Sequence
     return out
 
 
-def _resize_crop_torch(image: np.ndarray, size: int, new_h: int, new_w: int, top: int, left: int,
-                       scale: np.ndarray, shift: np.ndarray, mode: str) -> torch.Tensor:
+def _resize_crop_torch(image: np.ndarray, size: int, scale: np.ndarray, shift: np.ndarray, mode: str
+                       ) -> torch.Tensor:
     """The same result with torch's kernel (the fallback without numba)."""
-    x = torch.from_numpy(image).permute(2, 0, 1).unsqueeze(0).to(torch.float32)
-    if (new_h, new_w) != tuple(x.shape[-2:]):
-        x = F.interpolate(x, size=(new_h, new_w), mode=mode, antialias=True, align_corners=False)
-    x = x[0, :, top:top + size, left:left + size]
+    x = resize_and_center_crop(torch.from_numpy(image).permute(2, 0, 1).to(torch.float32), size, mode)
     return torch.addcmul(torch.from_numpy(shift).view(3, 1, 1), x, torch.from_numpy(scale).view(3, 1, 1))
