@@ -16,7 +16,7 @@ import torch
 from workloads.bridgetower.bench_loader import CLOSED_TOLERANCE
 from workloads.bridgetower.data.pipelines import PIPELINES, jpeg_decoder_name, psnr_db
 from workloads.bridgetower.data.resample import resampler_name
-from workloads.bridgetower.data.sources import open_source
+from workloads.bridgetower.data.catalog import open_source
 
 IMAGES, SIZE = 48, 294
 

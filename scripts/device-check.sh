@@ -13,6 +13,6 @@ PYTHON="${PYTHON:-python3}"
 "$PYTHON" -m suite run --device "$DEVICE" --loader cpu,cpu-fast,device --workers 0,2 --precision fp32,bf16 \
   --steps "${STEPS:-20}" --warmup-steps 3 --output "$OUT" --tracking-uri "sqlite:///$OUT/mlflow.db" --no-progress \
   || echo "device-check: some configurations failed (reasons above and in $OUT/results.json)"
-"$PYTHON" -m suite compare "$OUT" --plots "$OUT/plots" --tracking-uri "sqlite:///$OUT/mlflow.db"
-"$PYTHON" -m suite bench-loader --num-workers 2 --rounds 2 --output "$OUT/bench-loader.json"
+"$PYTHON" -m suite compare "$OUT" --output "$OUT/plots" --tracking-uri "sqlite:///$OUT/mlflow.db"
+"$PYTHON" -m suite bench-loader --num-workers 2 --rounds 2 --output "$OUT"  # -> $OUT/bench-loader.json
 echo "device-check: results in $OUT"

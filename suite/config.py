@@ -8,8 +8,12 @@ Both validate themselves on construction and raise :class:`ConfigError` naming t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import json
+import re
 from dataclasses import dataclass, fields
+import os
 from typing import Any, ClassVar, Mapping
 
 from suite.errors import ConfigError
@@ -28,6 +32,7 @@ PRECISIONS = ("fp32", "bf16")
 DEFAULT_SEED = 42
 DEFAULT_WARMUP_STEPS = 3  # the reference's throughput_warmup_steps
 DEFAULT_STEPS = 30
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")  # what may appear in a config id part
 
 
 def _require_int(name: str, value: Any, minimum: int) -> None:
@@ -90,7 +95,7 @@ class RunSettings:
 class RunConfig(RunSettings):
     """One benchmark configuration, exactly as it is run and recorded.
 
-    ``batch_size`` is the per-device batch size actually used; :func:`suite.runner.resolve` fills it
+    ``batch_size`` is the per-device batch size actually used; :func:`suite.run.matrix.resolve` fills it
     from the workload preset when the user gave none, so that the recorded value is the used one.
     """
 
@@ -110,31 +115,99 @@ class RunConfig(RunSettings):
 
     @property
     def config_id(self) -> str:
-        """A short, unique, filesystem-safe name for this point of the matrix."""
-        return (
-            f"{self.workload}-{self.preset}-{self.device}-nw{self.num_workers}"
-            f"-{self.loader}-{self.precision}" + (f"-np{self.nproc_per_node}" if self.nproc_per_node > 1 else "")
-            + (f"-pf{self.prefetch_factor}" if self.prefetch_factor is not None else "")
-            + (f"-{self.engine}" if self.engine != "suite" else "")
-        )
+        """The one key of this configuration, built here only: every reader (results folders, MLflow, compare,
+        scores, published ratios, audits) keys on it.
+
+        It names the axes a reader scans for (workload, preset, device, workers, loader, precision, engine,
+        prefetch factor, processes per node, batch size, seed) and ends with a digest of every field that
+        differs from its default, so two configurations that differ anywhere (dataset, weights, steps...)
+        never share an id. Fields added later with a default leave existing ids unchanged.
+        """
+        parts = [self.workload, self.preset, self.device, f"nw{self.num_workers}", self.loader, self.precision,
+                 self.engine]
+        if self.prefetch_factor is not None:
+            parts.append(f"pf{self.prefetch_factor}")
+        if self.nproc_per_node > 1:
+            parts.append(f"np{self.nproc_per_node}")
+        parts += [f"b{self.batch_size if self.batch_size is not None else 'default'}", f"s{self.seed}",
+                  self.digest()[:8]]
+        return "-".join(_SAFE.sub("_", part) for part in parts)
+
+    def digest(self) -> str:
+        """sha256 over the fields that differ from their defaults (canonical JSON, sorted keys)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.default is dataclasses.MISSING or getattr(self, f.name) != f.default}
+        return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":
-        """Build from a mapping, rejecting unknown keys by name."""
+        """Build from a mapping, rejecting unknown and missing keys by name."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"a configuration must be a JSON object, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(
                 f"unknown config field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(known))}"
             )
+        required = sorted(f.name for f in fields(cls) if f.default is dataclasses.MISSING and f.name not in data)
+        if required:
+            raise ConfigError(f"missing config field(s) {', '.join(required)}")
         return cls(**dict(data))
 
     def as_params(self) -> dict[str, str]:
-        """Every field as a string, for MLflow params (``None`` is written as ``default``)."""
-        return {k: ("default" if v is None else str(v)) for k, v in self.to_dict().items()}
+        """Every field as MLflow param text (see :func:`param_text`)."""
+        return {k: param_text(v) for k, v in self.to_dict().items()}
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, str]) -> "RunConfig":
+        """The inverse of :meth:`as_params`: a configuration read back from MLflow params."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in params:
+                continue
+            values[f.name] = _from_param_text(f.name, params[f.name], str(f.type))
+        return cls.from_dict(values)
+
+    def describe(self) -> str:
+        """The configuration as people read it: each axis named (``device=cpu workers=0 loader=cpu ...``)."""
+        text = (f"device={self.device} workers={self.num_workers} loader={self.loader} "
+                f"precision={self.precision} engine={self.engine}")
+        if self.prefetch_factor is not None:
+            text += f" prefetch={self.prefetch_factor}"
+        if self.nproc_per_node > 1:
+            text += f" nproc={self.nproc_per_node}"
+        return text
+
+
+def param_text(value: Any) -> str:
+    """How a value is written as an MLflow param or tag: ``None`` is ``default``, booleans ``true``/``false``,
+    sequences comma-separated (``0,1,2``), everything else ``str``. One spelling for every writer."""
+    if value is None:
+        return "default"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(param_text(v) for v in value)
+    return str(value)
+
+
+def _from_param_text(name: str, text: str, annotation: str) -> Any:
+    if text == "default" and "None" in annotation:
+        return None
+    if annotation.startswith("bool"):
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        raise ConfigError(f"param {name}={text!r} is not true or false")
+    if annotation.startswith("int"):
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"param {name}={text!r} is not an integer") from None
+    return text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,3 +257,43 @@ class MatrixSpec(RunSettings):
                 self.devices, self.engines, self.loaders, self.precisions, self.workers
             )
         ]
+
+
+#: `suite run` settings a config file may hold besides the matrix fields (:class:`MatrixSpec`), with their types.
+FILE_RUN_OPTIONS: dict[str, type | tuple[type, ...]] = {"repeats": int, "memory_limit": (int, float),
+                                                        "experiment": str}
+
+
+def load_config_file(path: "str | os.PathLike[str]") -> dict[str, Any]:
+    """A config file's fields (JSON, or TOML by suffix): :class:`MatrixSpec` fields and
+    :data:`FILE_RUN_OPTIONS`. Unknown fields and wrongly typed settings raise :class:`ConfigError` naming them;
+    the matrix fields themselves are validated by :meth:`MatrixSpec.from_dict`."""
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file does not exist: {path}")
+    try:
+        if path.suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(path.read_text())
+        else:
+            data = json.loads(path.read_text())
+    except (ValueError, ImportError, OSError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table/object of fields")
+    spec_fields = {f.name for f in fields(MatrixSpec)}
+    unknown = sorted(set(data) - spec_fields - set(FILE_RUN_OPTIONS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown field(s) {', '.join(unknown)}; valid fields: "
+                          f"{', '.join(sorted(spec_fields | set(FILE_RUN_OPTIONS)))}")
+    for name, kind in FILE_RUN_OPTIONS.items():
+        if name in data and (isinstance(data[name], bool) or not isinstance(data[name], kind)):
+            raise ConfigError(f"{path}: {name} must be a {getattr(kind, '__name__', 'number')}, got {data[name]!r}")
+    if data.get("repeats", 1) < 1:
+        raise ConfigError(f"{path}: repeats must be >= 1, got {data['repeats']}")
+    if "memory_limit" in data and not data["memory_limit"] > 0:
+        raise ConfigError(f"{path}: memory_limit must be > 0 (GiB), got {data['memory_limit']}")
+    return data

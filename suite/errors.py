@@ -22,3 +22,12 @@ class DeviceUnavailableError(SuiteError):
 
 class DatasetError(SuiteError):
     """The dataset cannot be used (missing path, missing column, unreadable sample...)."""
+
+
+class ResultsFolderError(SuiteError):
+    """A results folder cannot be used: in use by another process, holding another matrix, unreadable or
+    invalid. The message names the file and what is wrong."""
+
+
+class RecordingError(SuiteError):
+    """A result could not be persisted (e.g. the disk is full). The result itself is kept in memory."""

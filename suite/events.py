@@ -1,7 +1,8 @@
-"""The one-line event protocol from an isolated run process to the runner (progress, phases).
+"""The one-line event protocol from a configuration process to the runner (progress, phases, the result).
 
-Events are JSON objects on the child's stdout, each on a line starting with :data:`PREFIX`; any other
-output line is ordinary log output.
+Events are JSON objects on the child's stdout, each on a line starting with :data:`PREFIX`; any other output
+line is ordinary log output. If the runner is gone (its end of the pipe closed, e.g. it was killed), events
+are dropped and the configuration runs on to write its own result files.
 """
 
 from __future__ import annotations
@@ -11,12 +12,23 @@ import sys
 from typing import Any, TextIO
 
 PREFIX = "@@suite-event "
+_runner_gone = False
 
 
 def emit(stream: TextIO | None = None, **event: Any) -> None:
+    global _runner_gone
+    if _runner_gone:
+        return
     out = stream or sys.stdout
-    out.write(PREFIX + json.dumps(event, separators=(",", ":")) + "\n")
-    out.flush()
+    try:
+        out.write(PREFIX + json.dumps(event, separators=(",", ":")) + "\n")
+        out.flush()
+    except (BrokenPipeError, ValueError):  # the runner closed the pipe / stdout closed: nobody listens
+        _runner_gone = True
+        try:  # keep the interpreter's final flush of stdout from failing too
+            sys.stdout = open("/dev/null", "w")  # noqa: SIM115 - lives until the process exits
+        except OSError:
+            pass
 
 
 def parse(line: str) -> dict[str, Any] | None:

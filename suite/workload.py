@@ -89,6 +89,13 @@ class Workload(ABC):
         """What actually ran (model size, tokenizer, image processor...), recorded with the run."""
         return {}
 
+    def observed_loader(self) -> dict[str, Any]:
+        """The loader that ran, read from the objects that ran it, never copied from the config (the audit
+        compares the two): ``loader`` (which of :data:`suite.config.LOADERS` produced the batches, judged by the
+        pipeline built or the device decoder used), ``num_workers`` and ``prefetch_factor`` (the DataLoader's
+        own). A workload that cannot tell leaves keys out, and the audit fails those checks."""
+        return {}
+
     def train_with_trainer(self, hooks: Any) -> dict[str, float]:
         """Engine ``hf-trainer``: run ``warmup_steps + steps`` steps through the framework's own trainer
         (transformers ``Trainer``), calling ``hooks.begin()`` once, ``hooks.batch_ready()`` when a step's

@@ -30,3 +30,31 @@ def test_plugins(monkeypatch):
     importlib.invalidate_caches()
     yield
     sys.modules.pop("suite_test_plugins", None)
+
+
+def runs_of(folder):
+    """The run records of a results folder's results.json (schema 2: {"schema_version", "matrix_uid", "runs"})."""
+    import json
+
+    data = json.loads((Path(folder) / "results.json").read_text())
+    assert data["schema_version"] == 2
+    return data["runs"]
+
+
+def run_file(folder, run, name):
+    """A file of one run, found as every reader finds it: relative to the results folder."""
+    return Path(folder) / run["facts"]["run_dir"] / name
+
+
+def run_configuration_process(tmp_path, config):
+    """Run ``config`` (a RunConfig) through the configuration process alone (no runner), as a user running
+    `python -m suite.run.process --run-folder DIR` by hand does; its result.json."""
+    import json
+    import subprocess
+
+    folder = Path(tmp_path) / "direct" / "runs" / "run"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config.to_dict()))
+    subprocess.run([sys.executable, "-m", "suite.run.process", "--run-folder", str(folder)], check=True,
+                   capture_output=True)
+    return json.loads((folder / "result.json").read_text())

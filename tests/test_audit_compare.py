@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from suite.audit import FAIL, PASS, Record, audit_reference, check_loader, check_warmup_accounting
+from suite.analysis.audit import FAIL, PASS, Record, audit_reference, check_loader, check_warmup_accounting
 from suite.cli import main
-from suite.compare import compare, load_reference, measured_table, ratios, reference_table
+from suite.analysis.published import compare, load_reference, measured_table, ratios, reference_table
 from suite.errors import SuiteError
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference" / "bridgetower_hf_blog_2023.json"
@@ -43,24 +43,46 @@ def test_record_checks_pass_and_fail():
 def test_published_ratios():
     _, data = load_reference("bridgetower_hf_blog_2023")
     r = ratios(reference_table(data))
-    assert r["gaudi2 cpu-loader: workers 2 vs 0"] == pytest.approx(768.7 / 601.5)
-    assert r["gaudi2 vs h100: cpu-loader, workers 2"] == pytest.approx(768.7 / 602.1)
-    assert r["gaudi2 workers 2: device-loader vs cpu-loader"] == pytest.approx(847.7 / 768.7)
+    assert r["gaudi2 cpu-loader bf16 hf-trainer: workers 2 vs 0"] == pytest.approx(768.7 / 601.5)
+    assert r["gaudi2 vs h100: cpu-loader bf16 hf-trainer, workers 2"] == pytest.approx(768.7 / 602.1)
+    assert r["gaudi2 bf16 hf-trainer workers 2: device-loader vs cpu-loader"] == pytest.approx(847.7 / 768.7)
+
+
+def _row(throughput, runs=1, **fields):
+    from suite.analysis.compare import rows_from_results
+    from suite.records.results import RunResult
+
+    config = {**dict(workload="bridgetower", preset="large", device="h100", loader="cpu", precision="bf16",
+                     engine="hf-trainer", num_workers=0, batch_size=48), **fields}
+    results = [RunResult(config=config, status="FINISHED", metrics={"throughput_samples_per_s": throughput})
+               for _ in range(runs)]
+    [row] = rows_from_results(results)
+    return row
 
 
 def test_measured_ratios_line_up_with_published_ones():
-    from suite.comparison import rows_from_results
-
     _, data = load_reference(str(REFERENCE))
-    config = dict(workload="bridgetower", preset="large", device="h100", loader="cpu", precision="bf16")
-    runs = [{"config": {**config, "num_workers": n}, "status": "FINISHED",
-             "metrics": {"throughput_samples_per_s": v}} for n, v in [(0, 40.0), (2, 70.0)]]
-    scores = [{"config_id": "bridgetower-large-h100-nw2-cpu-bf16", "repeats": 3, "throughput_score": 80.0,
-               "throughput_cv": 0.01}]
-    rows = {r.name: r for r in compare(reference_table(data), measured_table(rows_from_results(runs, scores)))}
-    row = rows["h100 cpu-loader: workers 2 vs 0"]
-    assert row.published == pytest.approx(602.1 / 336.5) and row.measured == pytest.approx(2.0)  # score wins
-    assert rows["gaudi2 vs h100: cpu-loader, workers 0"].measured is None
+    rows = [_row(40.0), _row(70.0, num_workers=2)]
+    by_name = {r.name: r for r in compare(reference_table(data), measured_table(rows))}
+    row = by_name["h100 cpu-loader bf16 hf-trainer: workers 2 vs 0"]
+    assert row.published == pytest.approx(602.1 / 336.5) and row.measured == pytest.approx(70.0 / 40.0)
+    assert by_name["gaudi2 vs h100: cpu-loader bf16 hf-trainer, workers 0"].measured is None
+
+
+def test_measured_ratios_keep_precision_and_engine_apart_whatever_the_row_order():
+    """Rows of fp32 and bf16 (or of two engines) are separate cells: no first-row-wins, same ratios in any order."""
+    rows = [_row(40.0, precision="fp32", engine="suite"), _row(60.0, precision="fp32", engine="suite", num_workers=2),
+            _row(10.0), _row(30.0, num_workers=2)]
+    forward, backward = ratios(measured_table(rows)), ratios(measured_table(list(reversed(rows))))
+    assert forward == backward
+    assert forward["h100 cpu-loader fp32 suite: workers 2 vs 0"] == pytest.approx(1.5)
+    assert forward["h100 cpu-loader bf16 hf-trainer: workers 2 vs 0"] == pytest.approx(3.0)
+
+
+def test_two_rows_on_one_published_cell_are_an_error_naming_both():
+    rows = [_row(40.0, prefetch_factor=2), _row(50.0, prefetch_factor=4)]
+    with pytest.raises(SuiteError, match="configurations .*-pf2-.* and .*-pf4-.* both measure h100"):
+        measured_table(rows)
 
 
 def test_unknown_reference_lists_the_available_ones():
@@ -69,7 +91,7 @@ def test_unknown_reference_lists_the_available_ones():
 
 
 def _result(losses, throughput=100.0, device_name="cpu-x", status="FINISHED"):
-    from suite.results import RunResult
+    from suite.records.results import RunResult
 
     config = dict(workload="w", preset="p", device="cpu", num_workers=0, loader="cpu", precision="fp32", steps=2,
                   warmup_steps=0, seed=1, batch_size=8, dataset=None, weights=None)
@@ -86,7 +108,7 @@ def _verdicts(checks):
 
 
 def test_rerun_comparison_rules():
-    from suite.audit import compare_rerun
+    from suite.analysis.audit import compare_rerun
 
     same = compare_rerun(_result([1.0, 0.5]), MANIFEST, _result([1.0, 0.5], 105.0), MANIFEST, 0.1, 1e-2)
     assert _verdicts(same) == {"rerun": PASS, "inputs": PASS, "loss_digest": PASS, "throughput": PASS}
@@ -104,7 +126,7 @@ def test_rerun_comparison_rules():
 
 
 def test_noise_band_uses_recorded_spread_and_drift_is_a_warning():
-    from suite.audit import WARN, environment_check, noise_band_for
+    from suite.analysis.audit import WARN, environment_check, noise_band_for
 
     scores = [{"config_id": "c", "throughput_cv": 0.08}]
     assert noise_band_for("c", scores, 0.1) == pytest.approx(0.24)

@@ -10,7 +10,8 @@ from PIL import Image
 
 from suite.errors import DatasetError
 from workloads.bridgetower.data.loader import CaptionedImages, collate, make_loader
-from workloads.bridgetower.data.sources import ImageFolderSource, open_source
+from workloads.bridgetower.data.catalog import open_source
+from workloads.bridgetower.data.sources import ImageFolderSource
 from workloads.bridgetower.data.synthetic import draw_cartoon, ensure_synthetic
 from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD, center_crop_offsets, preprocess_image, resized_hw
 from workloads.bridgetower.tokenizer import build_byte_level_tokenizer, tokenizer_fingerprint

@@ -1,8 +1,5 @@
 """The BridgeTower workload: presets, pretrained-weights loading, and the training step."""
 
-import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,6 +9,8 @@ from suite.config import RunConfig
 from workloads.bridgetower.presets import LARGE, PRESETS, TINY
 from workloads.bridgetower.tokenizer import build_byte_level_tokenizer
 from workloads.bridgetower.workload import BridgeTowerWorkload, weights_fingerprint
+
+from conftest import run_configuration_process
 
 
 def test_presets_fix_batch_size_and_shapes():
@@ -53,10 +52,7 @@ def test_large_recipe_runs_from_a_local_checkpoint(tmp_path):
     config = RunConfig(workload="bridgetower", preset="large", device="cpu", num_workers=0, loader="cpu",
                        precision="bf16", steps=1, warmup_steps=0, batch_size=LARGE.batch_size,
                        weights=str(checkpoint))
-    (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
-    subprocess.run([sys.executable, "-m", "suite.execute", "--config", str(tmp_path / "config.json"),
-                    "--result", str(tmp_path / "result.json")], check=True, capture_output=True)
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = run_configuration_process(tmp_path, config)
     assert result["status"] == "FINISHED", result["reason"]
     facts = result["facts"]["workload"]
     assert facts["weights"] == str(checkpoint) and facts["tokenizer"] == str(checkpoint)

@@ -76,7 +76,7 @@ def test_config_file_errors_name_the_field(tmp_path, capsys, name, text, message
 
 
 def test_command_line_options_win_over_the_config_file(tmp_path):
-    from suite.cli import _merge_config_file
+    from suite.cli.measure import merge_config_file as _merge_config_file
 
     path = _write(tmp_path, "m.toml", 'workers = [0, 4]\nsteps = 7\nrepeats = 2\nseed = 3\n')
     argv = ["run", "--config", str(path), "--steps", "9"]

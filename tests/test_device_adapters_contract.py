@@ -6,7 +6,6 @@ each adapter calls the documented APIs for availability, sync, seeding, memory a
 unavailable device becomes a FAILED run with the reason, never another device.
 """
 
-import json
 import sys
 import types
 
@@ -17,6 +16,8 @@ from suite.cli import main
 from suite.devices.cuda import A100Adapter, CUDAAdapter, H100Adapter, peak_bf16_flops
 from suite.devices.gaudi2 import GAUDI2_PEAK_BF16_FLOPS, Gaudi2Adapter
 from suite.errors import DeviceUnavailableError, SuiteError
+
+from conftest import runs_of
 
 
 class Calls(list):
@@ -300,7 +301,7 @@ def test_unavailable_devices_fail_with_their_reason_and_the_matrix_goes_on(tmp_p
     code = main(["run", "--device", "cpu,h100,gaudi2", "--workers", "0", "--steps", "2", "--warmup-steps", "1",
                  "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"])
     assert code == 1
-    results = {r["config"]["device"]: r for r in json.loads((tmp_path / "out" / "results.json").read_text())}
+    results = {r["config"]["device"]: r for r in runs_of(tmp_path / "out")}
     assert results["cpu"]["status"] == "FINISHED"
     assert results["h100"]["status"] == "FAILED"
     assert results["h100"]["reason"].startswith("device 'h100' is not available: no CUDA device")
@@ -394,6 +395,6 @@ def test_dali_loader_without_dali_fails_with_the_install_hint(tmp_path):
     code = main(["run", "--loader", "dali", "--workers", "0", "--steps", "1", "--warmup-steps", "0",
                  "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"])
     assert code == 1
-    (run,) = json.loads((tmp_path / "out" / "results.json").read_text())
+    (run,) = runs_of(tmp_path / "out")
     assert run["status"] == "FAILED"
     assert run["reason"].startswith("the dali loader needs NVIDIA DALI: pip install 'suite-bench[dali]'")

@@ -7,13 +7,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from suite.cli import main
 from suite.config import RunConfig
+
+from conftest import run_file, runs_of
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +29,7 @@ def matrix_run(tmp_path_factory):
     uri = f"sqlite:///{tmp}/mlflow.db"
     code = main(["run", "--workers", "0,2", "--steps", str(STEPS), "--warmup-steps", str(WARMUP),
                  "--output", str(tmp / "out"), "--tracking-uri", uri, "--no-progress"])
-    results = json.loads((tmp / "out" / "results.json").read_text())
+    results = runs_of(tmp / "out")
     return code, results, MlflowClient(tracking_uri=uri), tmp
 
 
@@ -68,35 +69,39 @@ def test_losses_identical_across_worker_counts(matrix_run):
 
 
 def test_mlperf_logs_pass_the_compliance_checker(matrix_run):
-    from suite.mlperf_log import check_compliance
+    from suite.records.mlperf_log import check_compliance
 
-    _, results, _, _ = matrix_run
+    _, results, _, tmp = matrix_run
     for r in results:
-        passed, output = check_compliance(r["facts"]["mlperf_log"])
+        passed, output = check_compliance(run_file(tmp / "out", r, "mlperf.log"))
         assert passed, output
 
 
 def test_manifest_records_what_ran(matrix_run):
-    from suite.manifest import config_from_manifest, load_manifest
+    from suite.records.manifest import config_from_manifest, load_manifest
 
-    _, results, _, _ = matrix_run
+    _, results, _, tmp = matrix_run
     for r in results:
-        manifest = load_manifest(r["facts"]["manifest"])
+        assert r["facts"]["manifest"] == f"{r['facts']['run_dir']}/manifest.json"  # relative to the results folder
+        manifest = load_manifest(tmp / "out" / r["facts"]["manifest"])
         assert config_from_manifest(manifest).to_dict() == r["config"]
         assert manifest["batch_size"] == {"configured": 8, "used": 8}
         assert manifest["seeds"]["seed"] == 42 and manifest["warmup_steps_excluded"] == WARMUP
         assert manifest["loader"] == {"requested": "cpu", "ran": "cpu"}
+        workers = r["config"]["num_workers"]
+        assert manifest["num_workers"] == {"requested": workers, "ran": workers}  # from the DataLoader that ran
+        assert manifest["prefetch_factor"] == {"requested": None, "ran": 2 if workers else None}
         assert manifest["packages"]["torch"].startswith("2.") and manifest["host"]["logical_cores"] >= 1
         assert manifest["device"]["device_name"] and manifest["git"]["git_commit"]
         assert manifest["command"][:2] == ["suite", "run"]
         assert len(manifest["dataset_fingerprint"]["sha256"]) == 64
         assert len(manifest["initial_weights_sha256"]) == 64 and len(manifest["tokenizer_sha256"]) == 64
-    first, second = (load_manifest(r["facts"]["manifest"]) for r in results)
+    first, second = (load_manifest(tmp / "out" / r["facts"]["manifest"]) for r in results)
     assert first["initial_weights_sha256"] == second["initial_weights_sha256"]  # same seed, same init
 
 
 def test_mlflow_holds_parent_and_child_runs(matrix_run):
-    _, results, client, _ = matrix_run
+    _, results, client, tmp = matrix_run
     experiment = client.get_experiment_by_name("bridgetower")
     runs = client.search_runs([experiment.experiment_id])
     parents = [r for r in runs if r.data.tags.get("suite.role") == "matrix"]
@@ -118,10 +123,16 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
         assert "system/cpu_utilization_percentage" in run.data.metrics  # MLflow's system metrics
         assert "system/system_memory_usage_megabytes" in run.data.metrics
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert artifacts == {"config.json", "result.json", "run.log", "manifest.json", "mlperf.log"}
+        assert artifacts == {"config.json", "run.json", "result.json", "run.log", "manifest.json", "mlperf.log"}
+        log = run_file(tmp / "out", r, "run.log").read_text()  # a readable account of the run, never empty
+        assert "phase: training" in log and f"step {STEPS + WARMUP}/{STEPS + WARMUP}: loss" in log
+        assert "FINISHED" in log
         recorded = json.loads(open(client.download_artifacts(run.info.run_id, "result.json")).read())
         assert recorded["metrics"]["host_ram_peak_pss_bytes"] == r["metrics"]["host_ram_peak_pss_bytes"]
-    assert [a.path for a in client.list_artifacts(parents[0].info.run_id)] == ["results.json", "scores.json"]
+    assert [a.path for a in client.list_artifacts(parents[0].info.run_id)] == ["matrix.json", "results.json",
+                                                                                "scores.json"]
+    params = parents[0].data.params  # plain values, not Python reprs
+    assert (params["devices"], params["workers"], params["batch_size"]) == ("cpu", "0,2", "default")
 
 
 def test_failed_configuration_is_recorded_and_the_matrix_goes_on(tmp_path, test_plugins):
@@ -129,7 +140,7 @@ def test_failed_configuration_is_recorded_and_the_matrix_goes_on(tmp_path, test_
     code = main(["run", "--device", "absent-standin,cpu", "--workers", "0", "--steps", "2", "--warmup-steps", "1",
                  "--output", str(tmp_path / "out"), "--tracking-uri", uri, "--no-progress"])
     assert code == 1  # a failed configuration makes the invocation fail, after the others ran
-    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    results = runs_of(tmp_path / "out")
     assert [(r["config"]["device"], r["status"]) for r in results] == [("absent-standin", "FAILED"),
                                                                       ("cpu", "FINISHED")]
     assert "stand-in accelerator is not present on this machine" in results[0]["reason"]
@@ -145,16 +156,15 @@ def test_interrupt_records_the_running_configuration_as_killed(tmp_path, sig, ex
     proc = subprocess.Popen([sys.executable, "-m", "suite", "run", "--workers", "0,1", "--steps", "100000",
                              "--output", str(out), "--tracking-uri", uri, "--no-progress"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    log = out / "runs" / "bridgetower-tiny-cpu-nw0-cpu-fp32" / "run.log"
     deadline = time.time() + 120
-    while not log.exists():  # the first configuration's process has started
+    while not list(out.glob("runs/*-nw0-*/run.log")):  # the first configuration's process has started
         assert time.time() < deadline and proc.poll() is None, "the run never started"
         time.sleep(0.2)
     time.sleep(3)  # inside the first configuration
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == exit_status, err
-    results = json.loads((out / "results.json").read_text())
+    results = runs_of(out)
     assert [(r["config"]["num_workers"], r["status"]) for r in results] == [(0, "KILLED")]
     client = MlflowClient(tracking_uri=uri)
     assert client.get_run(results[0]["mlflow_run_id"]).info.status == "KILLED"
@@ -168,10 +178,10 @@ def test_repeats_are_scored_and_nested_in_mlflow(tmp_path):
     code = main(["run", "--workers", "0", "--repeats", "3", "--steps", "3", "--warmup-steps", "1",
                  "--output", str(tmp_path / "out"), "--tracking-uri", uri, "--no-progress"])
     assert code == 0
-    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    results = runs_of(tmp_path / "out")
     assert [r["repeat"] for r in results] == [0, 1, 2]
     assert len({r["loss_digest"] for r in results}) == 1  # bit-identical across repeats
-    [score] = json.loads((tmp_path / "out" / "scores.json").read_text())
+    [score] = json.loads((tmp_path / "out" / "scores.json").read_text())["scores"]
     values = [r["metrics"]["throughput_samples_per_s"] for r in results]
     assert score["repeats"] == 3 and score["loss_digests_identical"] is True
     assert score["throughput_score"] == pytest.approx(sorted(values)[1])  # 3 repeats: the median one remains
@@ -220,13 +230,33 @@ def test_audit_of_an_mlflow_run_flags_a_tampered_batch_size(matrix_run, tmp_path
 
     tampered = tmp_path / "tampered"
     shutil.copytree(tmp / "out", tampered)
-    records = json.loads((tampered / "results.json").read_text())
-    records[0]["config"]["batch_size"] = 16  # logged 16, but the manifest says 8 were used
-    (tampered / "results.json").write_text(json.dumps(records))
+    data = json.loads((tampered / "results.json").read_text())
+    data["runs"][0]["config"]["batch_size"] = 16  # logged 16, but the manifest says 8 were used
+    (tampered / "results.json").write_text(json.dumps(data))
     assert main(["audit", str(tampered), "--tracking-uri", uri, "--no-rerun", "--output", str(tmp_path / "b")]) == 1
     report = json.loads((tmp_path / "b" / "audit.json").read_text())
     failed = [(c["name"], c["detail"]) for c in report["checks"] if c["verdict"] == "FAIL"]
-    assert failed == [("batch_size", "logged 16 but used 8")]
+    assert failed == [("config", "manifest and results.json differ: batch_size: results.json 16, manifest 8"),
+                      ("batch_size", "logged 16 but used 8")]
+
+
+def test_audit_of_a_copied_folder_reads_the_copy_and_flags_an_edited_manifest(matrix_run, tmp_path):
+    """Defects 5 and 12: the copy's own manifest is read (not the original's), and a manifest whose config was
+    edited (workers 0 -> 1, prefetch 4) no longer passes."""
+    _, results, _, tmp = matrix_run
+    copied = tmp_path / "copied"
+    shutil.copytree(tmp / "out", copied)
+    manifest_path = copied / results[0]["facts"]["manifest"]
+    manifest = json.loads(manifest_path.read_text())
+    manifest["config"].update(num_workers=1, prefetch_factor=4)
+    manifest_path.write_text(json.dumps(manifest))
+    assert main(["audit", str(copied), "--no-rerun", "--output", str(tmp_path / "c"),
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 1
+    report = json.loads((tmp_path / "c" / "audit.json").read_text())
+    [failed] = [c for c in report["checks"] if c["verdict"] == "FAIL"]
+    assert failed["name"] == "config"
+    assert "num_workers: results.json 0, manifest 1" in failed["detail"]
+    assert "prefetch_factor: results.json None, manifest 4" in failed["detail"]
 
 
 def test_a_corrupt_image_fails_the_configuration_naming_the_file(tmp_path):
@@ -241,7 +271,7 @@ def test_a_corrupt_image_fails_the_configuration_naming_the_file(tmp_path):
                  "--batch-size", "16", "--output", str(tmp_path / "out"),
                  "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"])
     assert code == 1
-    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    results = runs_of(tmp_path / "out")
     assert [r["status"] for r in results] == ["FAILED", "FAILED"]
     for r in results:  # in the main process and in a loader worker alike: one line naming the file
         assert f"cannot decode image {victim}" in r["reason"] and "\n" not in r["reason"]
@@ -261,9 +291,9 @@ def test_skip_bad_samples_runs_and_records_the_count(tmp_path, capsys):
     assert "15 usable samples, fewer than one batch of 16" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
     assert main(["run", *common, "--output", str(tmp_path / "out")]) == 0
-    [result] = json.loads((tmp_path / "out" / "results.json").read_text())
+    [result] = runs_of(tmp_path / "out")
     assert result["status"] == "FINISHED" and result["metrics"]["skipped_samples"] == 1
-    manifest = json.loads(Path(result["facts"]["manifest"]).read_text())
+    manifest = json.loads(run_file(tmp_path / "out", result, "manifest.json").read_text())
     assert manifest["dataset"]["skipped_samples"] == 1
     assert manifest["dataset"]["skipped"][0]["sample"].endswith("00003.jpg")
     assert manifest["config"]["skip_bad_samples"] is True
@@ -275,7 +305,7 @@ def test_out_of_memory_fails_the_configuration_and_the_matrix_goes_on(tmp_path, 
                  "--memory-limit", "2",
                  "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"])
     assert code == 1
-    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    results = runs_of(tmp_path / "out")
     assert [r["config"]["num_workers"] for r in results] == [0, 1]  # the second ran after the first failed
     for r in results:
         assert r["status"] == "FAILED" and "under a memory limit of 2.00 GiB" in r["reason"], r["reason"]
@@ -295,7 +325,7 @@ def test_a_killed_loader_worker_fails_the_configuration_and_the_matrix_goes_on(t
         workers = []
         while len(workers) < 2:  # the run process and its two loader workers
             assert time.time() < deadline and proc.poll() is None, "loader workers never started"
-            runs = [p for p in psutil.Process(proc.pid).children() if "suite.execute" in " ".join(p.cmdline())]
+            runs = [p for p in psutil.Process(proc.pid).children() if "suite.run.process" in " ".join(p.cmdline())]
             # forked loader workers carry their parent's command line (a resource tracker would not)
             workers = [c for c in runs[0].children() if c.cmdline() == runs[0].cmdline()] if runs else []
             time.sleep(0.2)
@@ -305,43 +335,46 @@ def test_a_killed_loader_worker_fails_the_configuration_and_the_matrix_goes_on(t
     finally:
         if proc.poll() is None:
             proc.kill()
-    results = json.loads((out / "results.json").read_text())
+    results = runs_of(out)
     assert [(r["config"]["device"], r["status"]) for r in results] == [("cpu", "FAILED"), ("absent-standin", "FAILED")]
     assert "DataLoader worker" in results[0]["reason"] and "killed" in results[0]["reason"], results[0]["reason"]
     assert "not present" in results[1]["reason"]  # the next configuration still ran
 
 
-def test_compare_over_mlflow_writes_plots_and_logs_them_to_the_matrix_run(matrix_run, tmp_path, capsys):
+def test_compare_over_mlflow_writes_plots_and_logs_them_only_when_asked(matrix_run, tmp_path, capsys):
     _, results, client, tmp = matrix_run
     uri = f"sqlite:///{tmp}/mlflow.db"
     parent_id = client.get_run(results[0]["mlflow_run_id"]).data.tags["mlflow.parentRunId"]
-    assert main(["compare", parent_id, "--tracking-uri", uri, "--plots", str(tmp_path / "plots"),
+    assert main(["compare", parent_id, "--tracking-uri", uri, "--output", str(tmp_path / "plots"),
                  "--baseline", "nw0-cpu-fp32"]) == 0
     out = capsys.readouterr().out
-    assert "bridgetower/tiny cpu nw0 cpu fp32" in out and "bridgetower/tiny cpu nw2 cpu fp32" in out and "1.00x" in out
+    assert "device=cpu workers=0 loader=cpu precision=fp32" in out and "workers=2" in out and "1.00x" in out
     for name in ("throughput.png", "memory.png"):
         assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert client.list_artifacts(parent_id, "plots") == []  # compare writes nothing into MLflow unless asked
+    assert main(["compare", parent_id, "--tracking-uri", uri, "--plots", str(tmp_path / "p1"), "--log-plots"]) == 0
+    assert f"plots logged to MLflow run(s): {parent_id}" in capsys.readouterr().out
     logged = {a.path for a in client.list_artifacts(parent_id, "plots")}
     assert logged == {"plots/throughput.png", "plots/memory.png"}
 
     assert main(["compare", "--experiment", "bridgetower", "--filter", "params.num_workers = '2'",
-                 "--tracking-uri", uri, "--plots", str(tmp_path / "p2")]) == 0
-    out = capsys.readouterr().out
-    assert "nw2 cpu fp32" in out and "nw0 cpu fp32" not in out
+                 "--tracking-uri", uri, "--output", str(tmp_path / "p2"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["config"]["num_workers"] for r in rows] == [2]
 
-    assert main(["compare", str(tmp / "out"), "--baseline", "nw7", "--plots", str(tmp_path / "p3")]) == 2
+    assert main(["compare", str(tmp / "out"), "--baseline", "nw7", "--output", str(tmp_path / "p3")]) == 2
     assert "baseline 'nw7' matches no configuration" in capsys.readouterr().err
 
 
 def test_two_ranks_with_gloo_record_one_aggregated_run(tmp_path):
-    from suite.mlperf_log import check_compliance
+    from suite.records.mlperf_log import check_compliance
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     code = main(["run", "--nproc-per-node", "2", "--workers", "0", "--steps", "3", "--warmup-steps", "1",
                  "--output", str(tmp_path / "out"), "--tracking-uri", uri, "--no-progress",
                  "--system-metrics-interval", "0"])
     assert code == 0
-    [result] = json.loads((tmp_path / "out" / "results.json").read_text())  # only rank 0 records
+    [result] = runs_of(tmp_path / "out")  # only rank 0 records
     assert result["status"] == "FINISHED", result["reason"]
     facts, m = result["facts"], result["metrics"]
     assert result["config"]["nproc_per_node"] == 2 and result["config"]["batch_size"] == 8
@@ -349,9 +382,9 @@ def test_two_ranks_with_gloo_record_one_aggregated_run(tmp_path):
     # global throughput: samples of both ranks over the slowest rank's measured wall time
     assert m["throughput_samples_per_s"] == pytest.approx(3 * 16 / m["measured_wall_s"])
     assert facts["host_ram_max_processes"] >= 3  # the launcher and both ranks, summed
-    log = Path(facts["mlperf_log"]).read_text()
+    log = run_file(tmp_path / "out", result, "mlperf.log").read_text()
     assert '"key": "global_batch_size", "value": 16' in log
-    passed, output = check_compliance(facts["mlperf_log"])
+    passed, output = check_compliance(run_file(tmp_path / "out", result, "mlperf.log"))
     assert passed, output
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs([client.get_experiment_by_name("bridgetower").experiment_id],

@@ -9,15 +9,17 @@ from suite.cli import main
 from suite.config import MatrixSpec
 from suite.errors import ConfigError
 
+from conftest import runs_of
+
 pytestmark = pytest.mark.e2e
 
 
-def test_both_engines_run_side_by_side_with_the_trainers_own_figure(tmp_path):
+def test_both_engines_run_side_by_side_with_the_trainers_own_figure(tmp_path, capsys):
     uri = f"sqlite:///{tmp_path}/m.db"
     code = main(["run", "--engine", "suite,hf-trainer", "--workers", "0", "--steps", "3", "--warmup-steps", "1",
                  "--output", str(tmp_path / "out"), "--tracking-uri", uri, "--no-progress"])
     assert code == 0
-    suite_run, trainer_run = json.loads((tmp_path / "out" / "results.json").read_text())
+    suite_run, trainer_run = runs_of(tmp_path / "out")
     assert suite_run["config"]["engine"] == "suite" and trainer_run["config"]["engine"] == "hf-trainer"
     for run in (suite_run, trainer_run):
         assert run["status"] == "FINISHED" and len(run["losses"]) == 4
@@ -32,6 +34,13 @@ def test_both_engines_run_side_by_side_with_the_trainers_own_figure(tmp_path):
     engines = {r.data.params["engine"]: r.data.metrics for r in runs}
     assert set(engines) == {"suite", "hf-trainer"}
     assert "trainer_train_samples_per_second" in engines["hf-trainer"]
+    # what ran, observed: the trainer's own DataLoader and the reference pipeline that made its batches
+    facts = trainer_run["facts"]
+    assert (facts["loader_used"], facts["num_workers_used"], facts["prefetch_factor_used"]) == ("cpu", 0, None)
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "out"), "--json"]) == 0  # issue 18, defect 1: two engines, two rows
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(r["config"]["engine"] for r in rows) == ["hf-trainer", "suite"]
 
 
 def test_hf_trainer_with_an_unsupported_loader_fails_with_the_reason(tmp_path):
@@ -39,13 +48,15 @@ def test_hf_trainer_with_an_unsupported_loader_fails_with_the_reason(tmp_path):
                  "--warmup-steps", "0", "--output", str(tmp_path / "out"), "--tracking-uri",
                  f"sqlite:///{tmp_path}/m.db", "--no-progress"])
     assert code == 1
-    (run,) = json.loads((tmp_path / "out" / "results.json").read_text())
+    (run,) = runs_of(tmp_path / "out")
     assert run["status"] == "FAILED"
     assert run["reason"] == "engine hf-trainer runs the published method's loader only (cpu), not 'device'"
 
 
 def test_engine_is_a_validated_matrix_axis():
     configs = MatrixSpec(workload="w", preset="p", workers=(0,), engines=("suite", "hf-trainer")).expand()
-    assert [c.config_id for c in configs] == ["w-p-cpu-nw0-cpu-fp32", "w-p-cpu-nw0-cpu-fp32-hf-trainer"]
+    assert [c.engine for c in configs] == ["suite", "hf-trainer"]
+    assert configs[0].config_id.startswith("w-p-cpu-nw0-cpu-fp32-suite-")
+    assert configs[1].config_id.startswith("w-p-cpu-nw0-cpu-fp32-hf-trainer-")
     with pytest.raises(ConfigError, match="engine must be one of suite, hf-trainer"):
         MatrixSpec(workload="w", preset="p", engines=("keras",)).expand()

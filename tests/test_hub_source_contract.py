@@ -10,7 +10,8 @@ import types
 import pytest
 
 from suite.errors import DatasetError
-from workloads.bridgetower.data.sources import NEWYORKER_CONFIG, NEWYORKER_ID, NEWYORKER_REVISION, open_source
+from workloads.bridgetower.data.catalog import open_source
+from workloads.bridgetower.data.sources import NEWYORKER_CONFIG, NEWYORKER_ID, NEWYORKER_REVISION
 
 
 class StandInImage:

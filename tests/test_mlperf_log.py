@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from suite.mlperf_log import RULESET, MlperfLog, check_compliance
+from suite.records.mlperf_log import RULESET, MlperfLog, check_compliance
 
 
 def _write_run(path, steps_logged=True, throughput=True, status="success"):

@@ -13,8 +13,11 @@ from suite.errors import DatasetError
 from workloads.bridgetower.bench_loader import CLOSED_TOLERANCE
 from workloads.bridgetower.data.loader import CaptionedImages, collate
 from workloads.bridgetower.data.pipelines import PIPELINES, decode_rgb_hwc, psnr_db
-from workloads.bridgetower.data.sources import ImageFolderSource, open_source
+from workloads.bridgetower.data.catalog import open_source
+from workloads.bridgetower.data.sources import ImageFolderSource
 from workloads.bridgetower.data.synthetic import ensure_synthetic
+
+from conftest import runs_of
 
 SIZE = 294
 
@@ -108,10 +111,10 @@ def test_fast_loader_batches_finish_to_the_reference_pixel_values(tmp_path):
 
 def test_bench_loader_json_carries_the_ratios_and_psnr(capsys, tmp_path):
     code = main(["bench-loader", "--images", "16", "--batch-size", "8", "--num-workers", "1", "--rounds", "1",
-                 "--image-size", "64", "--json", "--output", str(tmp_path / "loader.json")])
+                 "--image-size", "64", "--json", "--output", str(tmp_path / "figures")])
     assert code == 0
     figures = json.loads(capsys.readouterr().out)
-    assert figures == json.loads((tmp_path / "loader.json").read_text())
+    assert figures == json.loads((tmp_path / "figures" / "bench-loader.json").read_text())
     for key in ("closed_vs_reference", "open_vs_reference", "open_psnr_db"):
         assert isinstance(figures[key], float) and figures[key] > 0
     assert set(figures["pipelines"]) == {"reference", "closed", "open"}
@@ -135,7 +138,7 @@ def test_training_with_the_fast_loader_follows_the_reference_loss_trajectory(tmp
     code = main(["run", "--loader", "cpu,cpu-fast", "--workers", "1", "--steps", "4", "--warmup-steps", "1",
                  "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"])
     assert code == 0
-    reference, fast = json.loads((tmp_path / "out" / "results.json").read_text())
+    reference, fast = runs_of(tmp_path / "out")
     assert reference["facts"]["workload"]["image_pipeline"] == "reference"
     assert fast["facts"]["workload"]["image_pipeline"] == "closed"
     assert fast["config"]["loader"] == fast["facts"]["loader_used"] == "cpu-fast"

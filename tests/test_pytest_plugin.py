@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.pytest_plugin import pytest_benchmark_update_machine_info
+from suite.run.pytest_plugin import pytest_benchmark_update_machine_info
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,15 +8,15 @@ why in the commit) with:
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from suite.config import RunConfig
-from suite.environment import package_versions
+from suite.records.environment import package_versions
+
+from conftest import run_configuration_process
 
 TRAJECTORY = Path(__file__).resolve().parents[1] / "reference" / "tiny_cpu_loss_trajectory.json"
 CONFIG = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=0, loader="cpu", precision="fp32",
@@ -33,10 +33,7 @@ def transformers_line() -> str:
 
 
 def _run(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps(CONFIG.to_dict()))
-    subprocess.run([sys.executable, "-m", "suite.execute", "--config", str(tmp_path / "config.json"),
-                    "--result", str(tmp_path / "result.json")], check=True, capture_output=True)
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = run_configuration_process(tmp_path, CONFIG)
     assert result["status"] == "FINISHED", result["reason"]
     return result
 

@@ -1,7 +1,7 @@
 import pytest
 
-from suite.results import RunResult
-from suite.scoring import score_repeats
+from suite.records.results import RunResult
+from suite.analysis.scoring import score_repeats
 
 CONFIG = dict(workload="w", preset="p", device="cpu", num_workers=0, loader="cpu", precision="fp32", steps=5,
               warmup_steps=1, seed=1, batch_size=8, dataset=None, weights=None)

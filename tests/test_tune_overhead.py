@@ -11,9 +11,11 @@ from mlflow.tracking import MlflowClient
 from suite.cli import main
 from suite.config import MatrixSpec
 from suite.errors import ConfigError
-from suite.results import FAILED, FINISHED, RunResult
+from suite.records.results import FAILED, FINISHED, RunResult
 from suite.trackers.host_ram import HostRamSampler
-from suite.tune import analyse, sweep_configs
+from suite.analysis.tune import analyse, sweep_configs
+
+from conftest import runs_of
 
 
 def _result(workers, prefetch, throughput, pss=1e8, status=FINISHED):
@@ -56,7 +58,7 @@ def test_suite_tune_records_the_sweep_the_pick_and_the_plot(tmp_path, capsys):
     summary = json.loads((tmp_path / "out" / "tune.json").read_text())
     assert [(p["num_workers"], p["prefetch_factor"]) for p in summary["points"]] == [(0, None), (1, 1), (1, 2)]
     assert (tmp_path / "out" / "tune.png").stat().st_size > 10_000
-    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    results = runs_of(tmp_path / "out")
     assert [r["config"]["prefetch_factor"] for r in results] == [None, 1, 2]
     client = MlflowClient(tracking_uri=uri)
     (parent,) = client.search_runs(client.search_experiments()[0].experiment_id, "tags.`suite.kind` = 'tune' and tags.`suite.role` = 'matrix'")

@@ -63,6 +63,9 @@ class DeviceAdapter(ABC):
         self.local_rank = local_rank
         self._device: Any = None
         self._dali: Any = None  # the DALI pipeline of loader ``dali``, built on first use
+        #: Which on-device decoder last produced a batch ("dali", "nvjpeg", "habana-media-pipe", "pillow"), set by
+        #: the code that ran it: what the workload reports as observed.
+        self.decoded_by: str | None = None
 
     # --- identity and availability -------------------------------------------------------
     @classmethod
@@ -200,7 +203,9 @@ class DeviceAdapter(ABC):
         dali = self._dali
         if dali is None or (dali.batch_size, dali.image_size) != (len(encoded), image_size):
             dali = self._dali = DaliPreprocessor(len(encoded), image_size, mean, std, self.dali_device_id())
-        return dali(encoded, self.torch_device)
+        out = dali(encoded, self.torch_device)
+        self.decoded_by = "dali"
+        return out
 
     def dali_device_id(self) -> int | None:
         """The GPU index DALI runs on; ``None``: DALI's CPU pipeline."""

@@ -84,7 +84,9 @@ class CPUAdapter(DeviceAdapter):
     def decode_images(self, encoded: Sequence[bytes]) -> list[Any]:
         from suite.imaging import decode_to_rgb_tensor
 
-        return [decode_to_rgb_tensor(data) for data in encoded]
+        images = [decode_to_rgb_tensor(data) for data in encoded]
+        self.decoded_by = "pillow"
+        return images
 
     def device_info(self) -> dict[str, Any]:
         import psutil

@@ -172,7 +172,9 @@ class CUDAAdapter(DeviceAdapter):
             if not data.startswith(b"\xff\xd8"):
                 raise SuiteError(f"nvJPEG decodes JPEG only; image {index} of the batch is not a JPEG")
         tensors = [torch.frombuffer(bytearray(data), dtype=torch.uint8) for data in encoded]
-        return list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=self.torch_device))
+        images = list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=self.torch_device))
+        self.decoded_by = "nvjpeg"
+        return images
 
     def dali_device_id(self) -> int | None:
         return self.torch_device.index if self.torch_device.index is not None else 0

@@ -175,7 +175,9 @@ class Gaudi2Adapter(DeviceAdapter):
         ``image_size``, normalize; a float32 ``(N, 3, size, size)`` HPU tensor."""
         if self._media is None or self._media.batch_size != len(encoded) or self._media.image_size != image_size:
             self._media = _MediaDecoder(len(encoded), image_size, mean, std)
-        return self._media(encoded)
+        images = self._media(encoded)
+        self.decoded_by = "habana-media-pipe"
+        return images
 
     def device_info(self) -> dict[str, Any]:
         hpu = _hpu()

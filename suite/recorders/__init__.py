@@ -1,7 +1,7 @@
-"""Recorders persist results: results.json (always) and MLflow."""
+"""Recorders: where results go after the results folder (MLflow), through one MLflow gateway."""
 
-from suite.recorders.base import MatrixInfo, Recorder
-from suite.recorders.json_results import JsonResultsRecorder
-from suite.recorders.mlflow_tracking import MlflowRecorder, default_tracking_uri
+from suite.recorders.base import Recorder
+from suite.recorders.mlflow_gateway import MlflowGateway, default_tracking_uri
+from suite.recorders.mlflow_recorder import MlflowRecorder
 
-__all__ = ["JsonResultsRecorder", "MatrixInfo", "MlflowRecorder", "Recorder", "default_tracking_uri"]
+__all__ = ["MlflowGateway", "MlflowRecorder", "Recorder", "default_tracking_uri"]

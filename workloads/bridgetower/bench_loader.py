@@ -34,7 +34,7 @@ from workloads.bridgetower.data.pipelines import (
     psnr_db,
 )
 from workloads.bridgetower.data.resample import resampler_name
-from workloads.bridgetower.data.sources import open_source
+from workloads.bridgetower.data.catalog import open_source
 from workloads.bridgetower.preprocessing import CLIP_STD
 
 #: The closed pipeline's output must equal the reference's within this, after normalization.

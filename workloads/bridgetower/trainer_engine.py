@@ -29,14 +29,16 @@ def collate_for_trainer(items: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class _TimedLoader:
-    """The trainer's dataloader, reporting each batch taken to the suite's clock."""
+    """The trainer's dataloader, reporting each batch taken to the suite's clock (and to the workload, which
+    notes the worker pipeline that made it)."""
 
-    def __init__(self, loader: Any, hooks: Any) -> None:
-        self._loader, self._hooks = loader, hooks
+    def __init__(self, loader: Any, hooks: Any, workload: Any) -> None:
+        self._loader, self._hooks, self._workload = loader, hooks, workload
 
     def __iter__(self) -> Any:
         for batch in self._loader:
             self._hooks.batch_ready(batch)
+            self._workload.note_worker_pipeline_ran()
             yield batch
 
     def __len__(self) -> int:
@@ -94,7 +96,9 @@ def run_with_trainer(workload: Any, hooks: Any) -> dict[str, float]:
             return loss
 
         def get_train_dataloader(self) -> Any:
-            return _TimedLoader(super().get_train_dataloader(), hooks)
+            loader = super().get_train_dataloader()
+            workload.record_trainer_loader(getattr(loader, "base_dataloader", loader))
+            return _TimedLoader(loader, hooks, workload)
 
     model = workload.model.module if hasattr(workload.model, "module") else workload.model
     trainer = TimedTrainer(model=model, args=training_args, train_dataset=workload.train_dataset,

@@ -18,8 +18,9 @@ from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.workload import Workload
 
-from workloads.bridgetower.data.loader import CaptionedImages, endless, make_loader
-from workloads.bridgetower.data.sources import ImageCaptionSource, open_source
+from workloads.bridgetower.data.catalog import open_source
+from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE, CaptionedImages, endless, make_loader
+from workloads.bridgetower.data.sources import ImageCaptionSource
 from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD, preprocess_image
 from workloads.bridgetower.presets import PRESETS, BridgeTowerPreset
 from workloads.bridgetower.tokenizer import build_byte_level_tokenizer, load_pretrained_tokenizer, tokenizer_fingerprint
@@ -75,6 +76,8 @@ class BridgeTowerWorkload(Workload):
         self.preset = PRESETS[config.preset]
         self._facts: dict[str, Any] = {}
         self._loader: Any = None
+        self._ran_loader: Any = None  # the DataLoader that fed the steps (the trainer's own with hf-trainer)
+        self._observed_loader: str | None = None  # which loader's path produced the batches
         self._skipped = 0
 
     def setup(self) -> None:
@@ -149,15 +152,18 @@ class BridgeTowerWorkload(Workload):
 
     def _pixel_values(self, batch: Any) -> torch.Tensor:
         if "images" in batch:  # a worker-side pipeline ran; its device stage finishes the batch
+            self.note_worker_pipeline_ran()
             return self.train_dataset.pipeline.device_stage(batch["images"], self.device.torch_device)
         done = self.device.device_preprocess(batch["encoded_images"], self.image_size, CLIP_MEAN, CLIP_STD,
                                              loader=self.config.loader)
-        if done is not None:
-            return done
-        if self.config.loader == "dali":
-            raise SuiteError(f"device {self.config.device!r} returned no DALI output")
-        images = self.device.decode_images(batch["encoded_images"])
-        return torch.stack([preprocess_image(image, self.image_size) for image in images])
+        if done is None:
+            if self.config.loader == "dali":
+                raise SuiteError(f"device {self.config.device!r} returned no DALI output")
+            images = self.device.decode_images(batch["encoded_images"])
+            done = torch.stack([preprocess_image(image, self.image_size) for image in images])
+        decoder = self.device.decoded_by
+        self._observed_loader = "dali" if decoder == "dali" else "device" if decoder else None
+        return done
 
     def train_step(self, batch: Any) -> torch.Tensor:
         pixel_values = self._pixel_values(batch)
@@ -183,6 +189,26 @@ class BridgeTowerWorkload(Workload):
         self._facts.update(trainer=trainer, optimizer=f"{optimizer} (built by the trainer)",
                            lr_schedule="the trainer's linear schedule, no warm-up",
                            data_order="the trainer's own sampler (seeded), not the suite's")
+
+    def observed_loader(self) -> dict[str, Any]:
+        loader = self._ran_loader or self._loader
+        observed: dict[str, Any] = {}
+        if self._observed_loader is not None:
+            observed["loader"] = self._observed_loader
+        if loader is not None:
+            observed["num_workers"] = loader.num_workers
+            observed["prefetch_factor"] = loader.prefetch_factor if loader.num_workers > 0 else None
+        return observed
+
+    def note_worker_pipeline_ran(self) -> None:
+        """A batch made by the dataset's worker-side pipeline reached a step: the loader is that pipeline's."""
+        pipeline = self.train_dataset.pipeline
+        self._observed_loader = LOADER_OF_PIPELINE.get(pipeline.name, f"pipeline {pipeline.name}") \
+            if pipeline is not None else None
+
+    def record_trainer_loader(self, loader: Any) -> None:
+        """Engine hf-trainer: the DataLoader the trainer built and fed its steps from."""
+        self._ran_loader = loader
 
     def metrics(self) -> dict[str, float]:
         return {"skipped_samples": float(self._skipped)} if self.config.skip_bad_samples else {}

@@ -27,6 +27,8 @@ from workloads.bridgetower.data.sources import ImageCaptionSource
 
 #: The image pipeline each worker-side loader runs.
 LOADER_PIPELINES: dict[str, type[ImagePipeline]] = {"cpu": ReferencePipeline, "cpu-fast": ClosedPipeline}
+#: Which loader a pipeline belongs to (what the workload reports as observed, from the pipeline that ran).
+LOADER_OF_PIPELINE: dict[str, str] = {"reference": "cpu", "closed": "cpu-fast"}
 
 
 class CaptionedImages(Dataset):

@@ -9,6 +9,7 @@
   root or in ``train/``) with ``file_name`` and the caption column.
 
 Sources hand out *encoded* bytes; decoding happens in the loader (CPU workers or the device).
+:func:`workloads.bridgetower.data.catalog.open_source` picks the source a ``--dataset`` names.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from suite.errors import DatasetError
 
-from workloads.bridgetower.data.synthetic import CAPTION_COLUMN, DEFAULT_SAMPLES, DEFAULT_SEED, ensure_synthetic
+from workloads.bridgetower.data.synthetic import CAPTION_COLUMN
 
 NEWYORKER_ID = "jmhessel/newyorker_caption_contest"
 NEWYORKER_CONFIG = "matching"
@@ -184,28 +185,3 @@ class HubSource(ImageCaptionSource):
     def describe(self) -> dict[str, Any]:
         return {"kind": "hub", "dataset_id": self.dataset_id, "config": self.config_name, "revision": self.revision,
                 "split": self.split, "caption_column": self.caption_column, "num_samples": len(self)}
-
-
-def open_source(spec: str | None, skip_bad_samples: bool = False,
-                synthetic_samples: int = DEFAULT_SAMPLES) -> ImageCaptionSource:
-    """The source named by ``--dataset`` (see the module docstring); with ``skip_bad_samples``, without
-    the samples that fail to decode (see :mod:`.validation`)."""
-    source = _open(spec, synthetic_samples)
-    if not skip_bad_samples:
-        return source
-    from workloads.bridgetower.data.validation import UsableSamples, scan
-
-    return UsableSamples(source, scan(source))
-
-
-def _open(spec: str | None, synthetic_samples: int) -> ImageCaptionSource:
-    if spec in (None, "synthetic"):
-        return ImageFolderSource(ensure_synthetic(synthetic_samples, DEFAULT_SEED), kind="synthetic")
-    if spec == "newyorker":
-        return HubSource()
-    path = Path(spec).expanduser()
-    if not path.exists():
-        raise DatasetError(
-            f"dataset path does not exist: {path} (use 'synthetic', 'newyorker' or an imagefolder path)"
-        )
-    return ImageFolderSource(path)

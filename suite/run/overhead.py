@@ -4,7 +4,7 @@ One configuration is built once in this process; then blocks of training steps a
 
 * a *bare* loop: ``for _ in range(n): loss = workload.train_step(next(batches))`` with one device
   synchronization at the end of the block (what a user would write by hand), and
-* the *suite* loop: the runner's own :class:`~suite.execute.TrainingSteps` (synchronized step clock,
+* the *suite* loop: the runner's own :class:`~suite.run.steps.TrainingSteps` (synchronized step clock,
   data-wait accounting, batch-size check, loss read back every step), the per-step progress event and
   the MLPerf log, while a separate tracker process samples this process tree's host RAM every 50 ms
   (as the runner's parent does) and runs MLflow's system-metrics monitor into a temporary store.
@@ -37,18 +37,14 @@ def _tracker_process(pid: int, connection: Any, store: str) -> None:
     """Runs in a spawned process: on "start" sample ``pid``'s tree (and MLflow system metrics) until "stop"."""
     import logging
 
-    import mlflow
-    from mlflow.tracking import MlflowClient
-
+    from suite.recorders.mlflow_gateway import MlflowGateway
     from suite.recorders.system_metrics import start_system_metrics
     from suite.trackers.host_ram import HostRamSampler
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # its INFO lines would drown the output
     uri = f"sqlite:///{Path(store) / 'mlflow.db'}"
-    mlflow.set_tracking_uri(uri)
-    client = MlflowClient(tracking_uri=uri)
-    experiment = client.create_experiment("overhead", artifact_location=Path(store, "artifacts").as_uri())
-    run_id = client.create_run(experiment).info.run_id
+    gateway = MlflowGateway(uri)
+    run_id = gateway.create_run(gateway.experiment_id("overhead") or "", "overhead", {}, {})
     connection.send("ready")
     while connection.recv() == "start":
         monitor = start_system_metrics(run_id, uri, SYSTEM_METRICS_INTERVAL_S)
@@ -72,7 +68,7 @@ def _tracker_process(pid: int, connection: Any, store: str) -> None:
             sampler.sample_now(with_pss)
         cost[kind] = (time.thread_time() - cpu0) / count
     connection.send(cost)
-    client.set_terminated(run_id)
+    gateway.terminate(run_id, "FINISHED")
 
 
 class _Trackers:
@@ -112,8 +108,8 @@ def run_overhead(config: RunConfig, blocks: int, progress: Callable[[str], None]
     import torch
 
     from suite.events import emit
-    from suite.execute import TrainingSteps, prepare_device
-    from suite.mlperf_log import MlperfLog
+    from suite.records.mlperf_log import MlperfLog
+    from suite.run.steps import TrainingSteps, prepare_device
     from suite.registry import load_device, load_workload
 
     adapter = load_device(config.device)()

@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suite.config import RunConfig
-from suite.environment import git_state, host_facts, package_versions
-from suite.errors import SuiteError
-from suite.fileio import write_json_atomic
-from suite.results import RunResult
+from suite.errors import ConfigError, ResultsFolderError
+from suite.records.environment import git_state, host_facts, package_versions
+from suite.records.results import RunResult
 
 MANIFEST_FILE = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: loader, num_workers and prefetch_factor as requested and as run
 
 
 def build_manifest(result: RunResult, command: Sequence[str]) -> dict[str, Any]:
@@ -42,6 +41,8 @@ def build_manifest(result: RunResult, command: Sequence[str]) -> dict[str, Any]:
         "batch_size": {"configured": config.get("batch_size"), "used": facts.get("batch_size_used")},
         "warmup_steps_excluded": facts.get("warmup_steps_excluded"),
         "loader": {"requested": config.get("loader"), "ran": facts.get("loader_used")},
+        "num_workers": {"requested": config.get("num_workers"), "ran": facts.get("num_workers_used")},
+        "prefetch_factor": {"requested": config.get("prefetch_factor"), "ran": facts.get("prefetch_factor_used")},
         "precision": {"requested": config.get("precision"), "ran": facts.get("precision_used")},
         "packages": package_versions(),
         "host": host_facts(),
@@ -55,23 +56,30 @@ def build_manifest(result: RunResult, command: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def write_manifest(run_dir: str | Path, manifest: dict[str, Any]) -> Path:
-    path = Path(run_dir) / MANIFEST_FILE
-    write_json_atomic(path, manifest)
-    return path
-
-
 def load_manifest(path: str | Path) -> dict[str, Any]:
+    """A manifest, checked to be one this suite wrote (a JSON object of the current version with a valid
+    config); :class:`ResultsFolderError` names the file and what is wrong."""
     try:
-        manifest = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SuiteError(f"cannot read manifest {path}: {exc}") from exc
+        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultsFolderError(f"{path} is missing") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsFolderError(f"cannot read manifest {path}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise ResultsFolderError(f"manifest {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(manifest, dict):
+        raise ResultsFolderError(f"manifest {path} is not a JSON object but a {type(manifest).__name__}")
     version = manifest.get("manifest_version")
     if version != MANIFEST_VERSION:
-        raise SuiteError(f"manifest {path} has version {version!r}; this suite reads version {MANIFEST_VERSION}")
+        raise ResultsFolderError(f"manifest {path} has version {version!r}; this suite reads version "
+                                 f"{MANIFEST_VERSION}")
+    try:
+        config_from_manifest(manifest)
+    except ConfigError as exc:
+        raise ResultsFolderError(f"manifest {path}: config: {exc}") from None
     return manifest
 
 
 def config_from_manifest(manifest: dict[str, Any]) -> RunConfig:
     """The configuration to re-run, exactly as recorded (batch size included)."""
-    return RunConfig.from_dict(manifest["config"])
+    return RunConfig.from_dict(manifest.get("config"))

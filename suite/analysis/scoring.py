@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from suite.config import RunConfig
-from suite.results import FAILED, FINISHED, RunResult
+from suite.records.results import FAILED, FINISHED, RunResult
 
 METRIC = "throughput_samples_per_s"
 
@@ -36,6 +36,26 @@ class ConfigScore:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ConfigScore":
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def score_values(values: Sequence[float]) -> tuple[float, float | None, tuple[int, ...], str]:
+    """MLPerf-style score of throughput values: (score, CV over all values, indices dropped, method)."""
+    if not values:
+        raise ValueError("score_values needs at least one value")
+    order = sorted(range(len(values)), key=values.__getitem__)
+    if len(values) >= 3:
+        dropped: tuple[int, ...] = (order[0], order[-1])
+        kept = [v for i, v in enumerate(values) if i not in dropped]
+        method = "mean after dropping the highest and the lowest throughput (MLPerf-style)"
+    else:
+        dropped, kept = (), list(values)
+        method = f"mean of all {len(values)} value(s): fewer than 3, nothing dropped"
+    cv = statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
+    return statistics.fmean(kept), cv, dropped, method
+
 
 def score_repeats(results: Sequence[RunResult]) -> ConfigScore:
     """Score the repeats (all of one configuration, in repeat order)."""
@@ -54,14 +74,6 @@ def score_repeats(results: Sequence[RunResult]) -> ConfigScore:
                            tuple(r.metrics.get(METRIC, float("nan")) for r in results), None, None, (),
                            digests_identical, "not scored: a repeat did not finish")
     values = [r.metrics[METRIC] for r in results]
-    order = sorted(range(len(values)), key=values.__getitem__)
-    if len(values) >= 3:
-        dropped = (order[0], order[-1])
-        kept = [v for i, v in enumerate(values) if i not in dropped]
-        method = "mean after dropping the highest and the lowest throughput (MLPerf-style)"
-    else:
-        dropped, kept = (), values
-        method = f"mean of all {len(values)} repeat(s): fewer than 3, nothing dropped"
-    cv = statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
-    return ConfigScore(config_id, config, FINISHED, None, len(values), tuple(values), statistics.fmean(kept), cv,
+    score, cv, dropped, method = score_values(values)
+    return ConfigScore(config_id, config, FINISHED, None, len(values), tuple(values), score, cv,
                        tuple(results[i].repeat for i in dropped), digests_identical, method)

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from suite.comparison import finish_workers_axis
+from suite.analysis.plots import finish_workers_axis
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError
-from suite.results import FINISHED, RunResult
+from suite.records.results import FINISHED, RunResult
 
 MiB = 2**20
 
@@ -127,12 +127,8 @@ def plot(outcome: TuneOutcome, path: Path, title: str) -> Path:
     return path
 
 
-def log_to_mlflow(tracking_uri: str, run_id: str, outcome: TuneOutcome, files: Sequence[Path]) -> None:
+def log_to_mlflow(gateway: Any, run_id: str, outcome: TuneOutcome, files: Sequence[Path]) -> None:
     """The sweep as metrics over num_workers (one series per prefetch factor), the pick as tags."""
-    from mlflow.entities import Metric
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=tracking_uri)
     now_ms = int(time.time() * 1000)
     metrics = []
     for point in outcome.points:
@@ -142,12 +138,12 @@ def log_to_mlflow(tracking_uri: str, run_id: str, outcome: TuneOutcome, files: S
         for name in ("throughput_samples_per_s", "host_ram_peak_pss_bytes", "data_wait_fraction"):
             value = getattr(point, name)
             if value is not None:
-                metrics.append(Metric(f"tune.{name}.{suffix}", float(value), now_ms, point.num_workers))
-    client.log_batch(run_id, metrics=metrics)
+                metrics.append((f"tune.{name}.{suffix}", float(value), now_ms, point.num_workers))
     pick = outcome.recommended
-    client.set_tag(run_id, "suite.tune.recommended_num_workers", str(pick.num_workers))
-    client.set_tag(run_id, "suite.tune.recommended_prefetch_factor", str(pick.prefetch_factor))
-    client.set_tag(run_id, "suite.tune.best_num_workers", str(outcome.best.num_workers))
-    client.set_tag(run_id, "suite.tune.tolerance", str(outcome.tolerance))
+    gateway.log(run_id, metrics=metrics, tags={
+        "suite.tune.recommended_num_workers": pick.num_workers,
+        "suite.tune.recommended_prefetch_factor": pick.prefetch_factor,
+        "suite.tune.best_num_workers": outcome.best.num_workers,
+        "suite.tune.tolerance": outcome.tolerance})
     for path in files:
-        client.log_artifact(run_id, str(path), artifact_path="tune")
+        gateway.log_artifact(run_id, path, artifact_path="tune")

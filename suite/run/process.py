@@ -1,30 +1,35 @@
-"""Run one configuration in the current process: warm-up steps, then measured steps.
+"""The configuration process: one configuration, warm-up steps then measured steps, in this process.
 
-The runner starts this module in a fresh process per configuration (``python -m suite.execute``) so
-that memory figures are clean and a crash cannot take the matrix down. Any failure becomes a FAILED
-result with a one-line reason; the traceback goes to the run's log.
+The runner starts it fresh per configuration (``python -m suite.run.process --run-folder runs/<name>``) so that
+memory figures are clean and a crash cannot take the matrix down. It reads ``config.json`` and ``run.json`` from
+its run folder and writes ``result.json``, ``manifest.json`` and ``mlperf.log`` there (through
+:class:`suite.records.store.RunFiles`). Any failure becomes a FAILED result with a one-line reason; the traceback
+and a readable account of the run (phases, steps, outcome) go to stderr, which the runner keeps as ``run.log``.
+The result is also sent to the runner as the last event, before the files are written, so a full disk cannot
+lose it; if the runner is gone (killed), the run goes on and its result.json waits for ``suite recover``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from suite.config import RunConfig
-from suite.errors import SuiteError
+from suite.errors import RecordingError, SuiteError
 from suite.events import emit
-from suite.fileio import write_json_atomic
-from suite.mlperf_log import MlperfLog
+from suite.records.manifest import build_manifest
+from suite.records.mlperf_log import MlperfLog
+from suite.records.results import FAILED, FINISHED, RunResult
+from suite.records.store import RunFiles
 from suite.registry import load_device, load_workload
-from suite.results import FAILED, FINISHED, RunResult, StepStats
-from suite.trackers.timing import StepTimer, StepTiming
+from suite.run.steps import TrainingSteps, prepare_device
 
 EmitFn = Callable[..., None]
 
@@ -63,14 +68,14 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
             rank: Rank | None = None) -> RunResult:
     """Run ``config`` here and return its result; never raises for a failure of the run itself.
 
-    With ``mllog_path``, an MLPerf-format log of the run is written there (see :mod:`suite.mlperf_log`).
+    With ``mllog_path``, an MLPerf-format log of the run is written there (see :mod:`suite.records.mlperf_log`).
     Under torchrun (``rank.world_size > 1``) every rank trains on its share of each global batch with the
     device's distributed backend, and the result aggregates the ranks: global throughput over the
     slowest rank's wall time, device peak memory as the maximum per rank, data-wait as the mean.
     """
     rank = rank or Rank()
     if config.batch_size is None:
-        raise ValueError("execute() needs a resolved batch_size (see suite.runner.resolve)")
+        raise ValueError("execute() needs a resolved batch_size (see suite.run.matrix.resolve)")
     result = RunResult(config=config.to_dict(), status=FAILED, started_at=time.time())
     facts = result.facts
     facts["warmup_steps_excluded"] = config.warmup_steps
@@ -102,7 +107,6 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         facts["workload"] = workload.facts()
         facts["precision_used"] = config.precision
         facts["run_params"] = adapter.run_params()
-        facts["loader_used"] = config.loader
         _log_hyperparameters(mlperf, config, workload, rank)
         mlperf.end("init_stop")
         mlperf.start("run_start")
@@ -111,12 +115,15 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         else:
             _train(config, adapter, workload, result, emit_event, mlperf, rank)
         result.metrics.update(workload.metrics())
+        _record_observed_loader(result, workload)
         mlperf.end("run_stop", metadata={"status": "success"})
         result.status = FINISHED
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, none lost
         result.status = FAILED
         result.reason = _one_line(exc)
         traceback.print_exc(file=sys.stderr)
+        if workload is not None:
+            _record_observed_loader(result, workload)
         mlperf.abort()
     except BaseException:  # interrupted: close the MLPerf log's intervals, then let it propagate
         mlperf.abort()
@@ -138,17 +145,16 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
     return result
 
 
-def prepare_device(config: RunConfig, adapter: Any) -> None:
-    """Refuse a loader or precision the device does not run (never swap it), then make it deterministic
-    and seed every RNG. Shared by the run process and the pytest plugin."""
-    if config.loader not in adapter.supported_loaders:
-        raise SuiteError(
-            f"loader {config.loader!r} is not supported on {config.device}; "
-            f"supported: {', '.join(adapter.supported_loaders)}"
-        )
-    adapter.autocast(config.precision)  # fails now, not mid-run, if the precision is unsupported
-    adapter.configure_determinism()
-    adapter.seed(config.seed)
+def _record_observed_loader(result: RunResult, workload: Any) -> None:
+    """What the workload's loader really was (the pipeline built, the DataLoader that ran), for the audit."""
+    try:
+        observed = workload.observed_loader()
+    except Exception:  # noqa: BLE001 - a workload that cannot say leaves the facts absent (the audit fails)
+        traceback.print_exc(file=sys.stderr)
+        return
+    for key in ("loader", "num_workers", "prefetch_factor"):
+        if key in observed:
+            result.facts[f"{key}_used"] = observed[key]
 
 
 def _aggregate_ranks(result: RunResult, rank: Rank) -> None:
@@ -180,72 +186,6 @@ def _log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any, ra
         mlperf.event(key, value)
     for key in ("device", "num_workers", "loader", "precision", "warmup_steps", "steps"):
         mlperf.event(f"suite_{key}", getattr(config, key))
-
-
-class TrainingSteps:
-    """Training steps one at a time, timed the suite's way; shared by the run process and the pytest plugin.
-
-    Each step's clock covers waiting for the batch (data wait), the step itself and the device
-    synchronization; the batch size is checked on every step and a non-finite loss stops the run.
-    Losses are appended to ``losses`` as they come, so a failure keeps the trajectory so far.
-    """
-
-    def __init__(self, config: RunConfig, adapter: Any, workload: Any, losses: list[float] | None = None) -> None:
-        self.config, self.adapter, self.workload = config, adapter, workload
-        self.losses = losses if losses is not None else []
-        self.timings: list[StepTiming] = []
-        self._batches = workload.batches()
-        self._timer = StepTimer(adapter.synchronize)
-
-    @property
-    def batches(self) -> Any:
-        """The endless batch iterator these steps draw from (shared with a bare loop by bench-overhead)."""
-        return self._batches
-
-    def start_clock(self) -> None:
-        """(Re)start the clock: steps that follow without a restart are timed back to back."""
-        self._timer.start()
-
-    def step(self) -> StepTiming:
-        batch = next(self._batches)
-        self.batch_ready(batch)
-        return self.step_end(self.workload.train_step(batch))
-
-    # The two halves of a step, also called by an external training loop (engine hf-trainer).
-    def batch_ready(self, batch: Any) -> None:
-        """The step's batch is in hand: the data wait ends; its size must be the recorded batch size."""
-        self._timer.batch_ready()
-        samples = self.workload.count_samples(batch)
-        if samples != self.config.batch_size:
-            raise SuiteError(f"step {len(self.timings)} got a batch of {samples} samples but the recorded batch "
-                             f"size is {self.config.batch_size}")
-
-    def step_end(self, loss: Any) -> StepTiming:
-        """After the optimizer step: device step boundary, loss read back, clock read after a device sync."""
-        index = len(self.timings)
-        self.adapter.step_boundary()
-        loss_value = float(loss)
-        timing = self._timer.step_done()
-        self.timings.append(timing)
-        self.losses.append(loss_value)
-        if not math.isfinite(loss_value):
-            raise SuiteError(f"loss became {loss_value} at step {index}")
-        return timing
-
-    def record(self, result: RunResult) -> StepStats | None:
-        """Metrics of the measured steps (after the warm-up ones) and peak device memory, into ``result``."""
-        result.facts["batch_size_used"] = self.config.batch_size
-        measured = self.timings[self.config.warmup_steps:]
-        stats = StepStats.from_timings(measured, self.config.batch_size) if measured else None
-        if stats is not None:
-            result.metrics.update(stats.as_dict())
-        memory = self.adapter.peak_memory()
-        if memory is not None:
-            result.metrics["device_peak_memory_bytes"] = float(memory.peak_bytes)
-            result.facts["device_peak_memory_source"] = memory.source
-            for name, value in memory.extra.items():
-                result.metrics[f"device_{name}_bytes"] = float(value)
-        return stats
 
 
 def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn,
@@ -345,21 +285,66 @@ def _record_flops(result: RunResult, flops_per_step: float | None, rank: Rank) -
         facts["mfu"] = "not computed: no peak FLOP/s is known for this device"
 
 
+class RunLog:
+    """A readable account of the run on stderr (the runner keeps it as ``run.log``): phases, the first steps
+    and then about 50 more spread over the run, and the outcome."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self._stream = stream or sys.stderr
+        self._started = time.monotonic()
+
+    def line(self, text: str) -> None:
+        try:
+            self._stream.write(f"[{time.strftime('%H:%M:%S')} +{time.monotonic() - self._started:7.1f}s] {text}\n")
+            self._stream.flush()
+        except OSError:  # a log that cannot be written (full disk) must not end the run
+            pass
+
+    def event(self, event: dict[str, Any]) -> None:
+        if "phase" in event:
+            self.line(f"phase: {event['phase']}")
+        elif "step" in event:
+            step, total = event["step"], event["total"]
+            if step <= 5 or step == total or step % max(1, total // 50) == 0:
+                self.line(f"step {step}/{total}: loss {event['loss']:.6g}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m suite.execute", description=__doc__)
-    parser.add_argument("--config", required=True, help="JSON file with one resolved RunConfig")
-    parser.add_argument("--result", required=True, help="where to write the RunResult JSON")
-    parser.add_argument("--mllog", default=None, help="where to write the MLPerf-format log")
+    parser = argparse.ArgumentParser(prog="python -m suite.run.process", description=__doc__)
+    parser.add_argument("--run-folder", required=True, type=Path,
+                        help="the run's folder (runs/<name>) holding config.json and, from the runner, run.json")
     args = parser.parse_args(argv)
-    with open(args.config) as fh:
+    files = RunFiles(args.run_folder.resolve().parent.parent, args.run_folder.resolve().name)
+    with open(files.config) as fh:
         config = RunConfig.from_dict(json.load(fh))
+    info = json.loads(files.run_info.read_text()) if files.run_info.is_file() else {}
     rank = Rank.from_environment()
     leader = rank.rank == 0  # only rank 0 reports progress and writes the result and the MLPerf log
-    result = execute(config, emit_event=emit if leader else _no_emit, mllog_path=args.mllog if leader else None,
-                     rank=rank)
-    if leader:
-        write_json_atomic(args.result, result.to_dict())
-    return 0 if leader or result.status == FINISHED else 1
+    log = RunLog()
+    log.line(f"configuration {config.config_id} ({config.describe()}), rank {rank.rank} of {rank.world_size}")
+
+    def report(**event: Any) -> None:
+        log.event(event)
+        if leader:
+            emit(**event)
+
+    result = execute(config, emit_event=report, mllog_path=str(files.mllog) if leader else None, rank=rank)
+    result.run_uid, result.repeat = info.get("run_uid"), int(info.get("repeat", 0))
+    log.line(f"{result.status}" + (f": {result.reason}" if result.reason else "")
+             + (f"; {result.metrics['throughput_samples_per_s']:.2f} samples/s"
+                if "throughput_samples_per_s" in result.metrics else ""))
+    if not leader:
+        return 0 if result.status == FINISHED else 1
+    result.facts.update(files.facts())
+    emit(result=result.to_dict())  # the runner holds it now, whatever happens to the files below
+    try:
+        files.write(files.manifest, build_manifest(result, info.get("command") or sys.argv))
+        result.facts.update(files.facts())
+        files.write(files.result, result.to_dict())
+    except RecordingError as exc:
+        log.line(f"could not write the run's files ({exc}); the runner received the result")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Sequence
 
@@ -20,6 +20,9 @@ from suite.trackers.timing import StepTiming
 FINISHED = "FINISHED"
 FAILED = "FAILED"
 KILLED = "KILLED"
+RUNNING = "RUNNING"  # a matrix still running (or whose runner died: see ``suite recover``)
+#: How a configuration's run can end.
+END_STATUSES = (FINISHED, FAILED, KILLED)
 
 
 @dataclass(frozen=True)
@@ -143,13 +146,46 @@ class RunResult:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunResult":
-        """Rebuild from :meth:`to_dict` output; the exact losses (hex) win, and must match the digest."""
+    def from_dict(cls, data: Any) -> "RunResult":
+        """Rebuild from :meth:`to_dict` output, checking every field; the exact losses (hex) win and must match
+        the digest. Raises ``ValueError`` saying what is wrong (the results store adds the file)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a run record must be a JSON object, got {type(data).__name__}")
         data = dict(data)
         digest = data.pop("loss_digest", None)
         hexes = data.pop("losses_hex", None)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown field(s) {', '.join(unknown)}")
+        missing = [name for name in ("config", "status") if name not in data]
+        if missing:
+            raise ValueError(f"missing field(s) {', '.join(missing)}")
+        if not isinstance(data["config"], dict):
+            raise ValueError("config is not a JSON object")
+        if data["status"] not in END_STATUSES:
+            raise ValueError(f"status {data['status']!r} is not one of {', '.join(END_STATUSES)}")
+        for name, kind in (("metrics", dict), ("facts", dict), ("losses", list)):
+            if name in data and not isinstance(data[name], kind):
+                raise ValueError(f"{name} is not a JSON {'object' if kind is dict else 'array'}")
+        for name, value in data.get("metrics", {}).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"metric {name} is not a number: {value!r}")
+        for name in ("reason", "run_uid", "mlflow_run_id"):
+            if data.get(name) is not None and not isinstance(data[name], str):
+                raise ValueError(f"{name} is not a string")
+        for name in ("started_at", "ended_at"):
+            if data.get(name) is not None and (isinstance(data[name], bool) or not isinstance(data[name], (int, float))):
+                raise ValueError(f"{name} is not a number")
+        if isinstance(data.get("repeat"), bool) or not isinstance(data.get("repeat", 0), int):
+            raise ValueError("repeat is not an integer")
         if hexes is not None:
-            data["losses"] = [float.fromhex(h) for h in hexes]
+            try:
+                data["losses"] = [float.fromhex(h) for h in hexes]
+            except (TypeError, ValueError):
+                raise ValueError("losses_hex holds a value that is not a hex float") from None
+        elif any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in data.get("losses", [])):
+            raise ValueError("losses holds a value that is not a number")
         result = cls(**data)
         if digest is not None and digest != result.loss_digest:
             raise ValueError("loss_digest does not match the recorded losses: the record is corrupt or edited")

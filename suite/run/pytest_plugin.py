@@ -19,7 +19,7 @@ from typing import Any, Callable
 import pytest
 
 from suite.config import DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, RunConfig
-from suite.results import FINISHED, RunResult
+from suite.records.results import FINISHED, RunResult
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -32,7 +32,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
-    from suite.environment import git_state, package_versions
+    from suite.records.environment import git_state, package_versions
     from suite.registry import device_names, load_device
 
     devices = {}
@@ -54,7 +54,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 def run_benchmark(benchmark: Any, config: RunConfig) -> RunResult:
     """Run ``config`` (batch size resolved) in this process under ``benchmark.pedantic``."""
-    from suite.execute import TrainingSteps, prepare_device
+    from suite.run.steps import TrainingSteps, prepare_device
     from suite.registry import load_device, load_workload
     from suite.trackers.host_ram import HostRamSampler
 
@@ -97,7 +97,7 @@ def run_benchmark(benchmark: Any, config: RunConfig) -> RunResult:
 @pytest.fixture
 def suite_benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Callable[..., RunResult]:
     """``suite_benchmark(workload=..., preset=..., device=..., num_workers=..., loader=..., precision=...)``
-    runs that configuration under pytest-benchmark and returns its :class:`~suite.results.RunResult`."""
+    runs that configuration under pytest-benchmark and returns its :class:`~suite.records.results.RunResult`."""
 
     def run(**fields: Any) -> RunResult:
         from suite.registry import load_workload

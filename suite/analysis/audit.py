@@ -3,9 +3,11 @@
 ``suite audit TARGET`` reads a recorded matrix (a results directory or an MLflow run id), checks its
 records, re-runs every configuration from its manifest alone, and gives a verdict per check:
 
+* ``config``: the configuration in the run's manifest is the one in results.json, field by field;
 * ``batch_size``: the batch size logged is the batch size used;
 * ``warmup_accounting``: every configuration excluded the same warm-up steps;
-* ``loader``: the loader that ran is the loader requested, and no knob is reported that had no effect;
+* ``loader``: the loader, worker count and prefetch factor observed while it ran (the built pipeline, the
+  DataLoader that ran) are the ones requested, and no knob is reported that had no effect;
 * ``rerun``: the configuration runs again from its manifest;
 * ``inputs``: the re-run read the same data, initial weights and tokenizer (fingerprints);
 * ``loss_digest``: bit-identical loss trajectory on the same device kind, else within ``loss_rtol``;
@@ -27,10 +29,11 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from suite.config import RunConfig
-from suite.environment import package_versions
-from suite.errors import SuiteError
-from suite.manifest import MANIFEST_FILE, config_from_manifest, load_manifest
-from suite.results import FINISHED, RunResult
+from suite.errors import ConfigError, SuiteError
+from suite.records.environment import package_versions
+from suite.records.manifest import MANIFEST_FILE, config_from_manifest, load_manifest
+from suite.records.results import FINISHED, RunResult
+from suite.records.store import ResultsStore
 
 PASS, FAIL, WARN, SKIP = "PASS", "FAIL", "WARN", "SKIP"
 DEFAULT_LOSS_RTOL = 1e-2
@@ -73,6 +76,9 @@ class Record:
     loader_ran: str | None
     workers_requested: int | None
     workers_effective: int | None
+    prefetch_requested: int | None = None
+    prefetch_effective: int | None = None
+    prefetch_observed: bool = False  # whether the prefetch factor that ran was recorded
 
 
 # --- record checks (ours and published alike) ----------------------------------------------------
@@ -114,10 +120,32 @@ def check_loader(records: Sequence[Record]) -> list[Check]:
                                 f"dataloader_num_workers={r.workers_requested} reported but "
                                 f"{'it had no effect' if r.workers_effective is None else r.workers_effective} "
                                 "in this mode"))
+        elif r.prefetch_observed and r.prefetch_effective != _expected_prefetch(r):
+            checks.append(Check(r.subject, "loader", FAIL, f"prefetch_factor={r.prefetch_requested} reported but "
+                                                          f"{r.prefetch_effective} ran"))
         else:
             checks.append(Check(r.subject, "loader", PASS,
                                 f"{r.loader_ran} loader with {r.workers_effective} workers, as requested"))
     return checks
+
+
+def _expected_prefetch(r: Record) -> int | None:
+    """The prefetch factor a DataLoader runs with: none without workers, torch's 2 when not given."""
+    if not r.workers_requested:
+        return None
+    return r.prefetch_requested if r.prefetch_requested is not None else 2
+
+
+def check_config(subject: str, recorded: dict[str, Any], manifest: dict[str, Any] | None) -> Check:
+    """The manifest's configuration is results.json's, field by field."""
+    if manifest is None:
+        return Check(subject, "config", FAIL, "no manifest recorded for this run")
+    listed = manifest.get("config") or {}
+    differing = [f"{name}: results.json {recorded.get(name)!r}, manifest {listed.get(name)!r}"
+                 for name in sorted(set(recorded) | set(listed)) if recorded.get(name) != listed.get(name)]
+    if differing:
+        return Check(subject, "config", FAIL, "manifest and results.json differ: " + "; ".join(differing))
+    return Check(subject, "config", PASS, "manifest and results.json record the same configuration")
 
 
 def record_checks(records: Sequence[Record]) -> list[Check]:
@@ -125,20 +153,22 @@ def record_checks(records: Sequence[Record]) -> list[Check]:
 
 
 def record_of(result: RunResult, manifest: dict[str, Any] | None, label: str = "") -> Record:
+    """What ran, as observed by the run (the pipeline built, the DataLoader that ran), beside what was asked."""
     config = RunConfig.from_dict(result.config)
     subject = config.config_id + (f" repeat {result.repeat}" if result.repeat else "") + label
     facts = result.facts
-    loader_ran = manifest["loader"]["ran"] if manifest else facts.get("loader_used")
     return Record(
         subject=subject,
         batch_size_logged=config.batch_size,
         batch_size_used=(manifest["batch_size"]["used"] if manifest else facts.get("batch_size_used")),
         warmup_steps_excluded=(manifest["warmup_steps_excluded"] if manifest else facts.get("warmup_steps_excluded")),
         loader_requested=config.loader,
-        loader_ran=loader_ran,
+        loader_ran=facts.get("loader_used"),
         workers_requested=config.num_workers,
-        # the suite's loaders always run the requested workers (they read bytes in "device" mode)
-        workers_effective=config.num_workers if loader_ran is not None else None,
+        workers_effective=facts.get("num_workers_used"),
+        prefetch_requested=config.prefetch_factor,
+        prefetch_effective=facts.get("prefetch_factor_used"),
+        prefetch_observed="prefetch_factor_used" in facts,
     )
 
 
@@ -176,57 +206,37 @@ class Recorded:
     scores: list[dict[str, Any]]
 
 
-def _manifest_beside(result: RunResult, target: Path) -> dict[str, Any] | None:
-    candidates = []
-    if result.facts.get("manifest"):
-        candidates.append(Path(result.facts["manifest"]))
-    if result.facts.get("run_dir"):  # the results folder may have moved since it was recorded
-        candidates.append(target / "runs" / Path(result.facts["run_dir"]).name / MANIFEST_FILE)
-    for path in candidates:
-        if path.is_file():
-            return load_manifest(path)
-    return None
-
-
 def load_directory(target: Path) -> Recorded:
-    results_file = target / "results.json"
-    if not results_file.is_file():
-        raise SuiteError(f"{target} holds no results.json")
-    results = [RunResult.from_dict(r) for r in json.loads(results_file.read_text())]
-    scores_file = target / "scores.json"
-    scores = json.loads(scores_file.read_text()) if scores_file.is_file() else []
-    return Recorded(results, [_manifest_beside(r, target) for r in results], scores)
+    """A results folder's runs, with each run's manifest from the same folder (wherever it was copied)."""
+    store = ResultsStore(target)
+    results = store.results()
+    if not results:
+        raise SuiteError(f"{target / 'results.json'} lists no runs: nothing to audit")
+    return Recorded(results, [store.manifest_of(r) for r in results], store.scores())
 
 
-def load_mlflow_run(run_id: str, tracking_uri: str) -> Recorded:
-    from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
+def load_mlflow_run(gateway: Any, run_id: str) -> Recorded:
+    """A matrix run's (or one configuration run's) records, from its MLflow artifacts."""
+    from suite.records.store import read_results_file, read_scores_file, validate_result
+    from suite.recorders import mlflow_gateway as tags
 
-    client = MlflowClient(tracking_uri=tracking_uri)
-    try:
-        run = client.get_run(run_id)
-    except MlflowException as exc:
-        raise SuiteError(f"no MLflow run {run_id!r} at {tracking_uri}: {exc.message.splitlines()[0]}") from exc
+    run = gateway.get_run(run_id)
     with tempfile.TemporaryDirectory(prefix="suite-audit-") as workdir:  # everything is read into memory
-
         def fetch(rid: str, name: str) -> Path | None:
-            try:
-                return Path(client.download_artifacts(rid, name, str(Path(workdir) / rid)))
-            except (MlflowException, OSError):
-                return None
+            return gateway.download_artifact(rid, name, Path(workdir) / rid)
 
-        if run.data.tags.get("suite.role") == "matrix":
+        if run.data.tags.get(tags.ROLE) == "matrix":
             results_path = fetch(run_id, "results.json")
             if results_path is None:
                 raise SuiteError(f"MLflow run {run_id} has no results.json artifact")
-            results = [RunResult.from_dict(r) for r in json.loads(results_path.read_text())]
+            results = read_results_file(results_path)
             scores_path = fetch(run_id, "scores.json")
-            scores = json.loads(scores_path.read_text()) if scores_path else []
+            scores = read_scores_file(scores_path) if scores_path else []
         else:
             result_path = fetch(run_id, "result.json")
             if result_path is None:
                 raise SuiteError(f"MLflow run {run_id} has no result.json artifact")
-            results, scores = [RunResult.from_dict(json.loads(result_path.read_text()))], []
+            results, scores = [validate_result(json.loads(result_path.read_text()), str(result_path))], []
             results[0].mlflow_run_id = run_id
         manifests = []
         for result in results:
@@ -299,17 +309,24 @@ def noise_band_for(config_id: str, scores: Sequence[dict[str, Any]], tolerance: 
     return tolerance
 
 
-def audit_recorded(recorded: Recorded, target: str, output_dir: Path, rerun: bool = True,
+def audit_recorded(recorded: Recorded, target: str, store: ResultsStore | None, rerun: bool = True,
                    loss_rtol: float = DEFAULT_LOSS_RTOL, throughput_tolerance: float = DEFAULT_THROUGHPUT_TOLERANCE,
                    progress: Any = None) -> AuditReport:
-    from suite.runner import run_isolated
+    """Record checks on every run; with ``rerun``, each configuration run again into ``store`` (the audit's
+    own results folder) and compared with its first recorded run."""
+    from suite.run.launch import launch
 
     report = AuditReport(target=target, audited_run_ids=[r.mlflow_run_id for r in recorded.results if r.mlflow_run_id])
+    for result, manifest in zip(recorded.results, recorded.manifests, strict=True):
+        subject = RunConfig.from_dict(result.config).config_id + (f" repeat {result.repeat}" if result.repeat else "")
+        report.checks.append(check_config(subject, result.config, manifest))
     report.checks += record_checks([record_of(r, m) for r, m in zip(recorded.results, recorded.manifests, strict=True)])
     report.checks.append(environment_check(recorded.manifests))
     if not rerun:
         report.checks.append(Check("matrix", "rerun", SKIP, "re-runs not requested (--no-rerun)"))
         return report
+    if store is None:
+        raise ValueError("re-runs need a results folder (store)")
     seen: set[str] = set()
     for result, manifest in zip(recorded.results, recorded.manifests, strict=True):
         config_id = RunConfig.from_dict(result.config).config_id
@@ -322,10 +339,15 @@ def audit_recorded(recorded: Recorded, target: str, output_dir: Path, rerun: boo
         if result.status != FINISHED:
             report.checks.append(Check(config_id, "rerun", SKIP, f"recorded run {result.status}: nothing to compare"))
             continue
-        config = config_from_manifest(manifest)
-        new = run_isolated(config, output_dir, progress, command=["suite", "audit", target])
-        new_manifest = load_manifest(new.facts["manifest"])
-        rerun_record = record_of(new, new_manifest, label=" (re-run)")
+        try:
+            config = config_from_manifest(manifest)
+        except ConfigError as exc:
+            report.checks.append(Check(config_id, "rerun", FAIL, f"the manifest's config cannot run: {exc}"))
+            continue
+        new = launch(config, store, progress, command=["suite", "audit", target])
+        store.record(new)
+        new_manifest = store.manifest_of(new) or {}
+        rerun_record = record_of(new, new_manifest or None, label=" (re-run)")
         report.checks += [*check_batch_size([rerun_record]), *check_loader([rerun_record])]
         report.checks += compare_rerun(result, manifest, new, new_manifest,
                                        noise_band_for(config_id, recorded.scores, throughput_tolerance), loss_rtol)
@@ -337,38 +359,30 @@ def _tag_safe(text: str) -> str:
     return re.sub(r"[^\w\-. /]", "_", text)
 
 
-def log_audit_to_mlflow(report: AuditReport, tracking_uri: str, experiment: str, artifact: Path) -> str:
+def log_audit_to_mlflow(report: AuditReport, gateway: Any, experiment: str, artifact: Path) -> str:
     """Record the audit as an MLflow run linked to the audited runs; returns its run id."""
-    from mlflow.entities import Metric, Param, RunTag
-    from mlflow.tracking import MlflowClient
+    from suite.recorders import mlflow_gateway as tags
 
-    from suite.recorders.mlflow_tracking import _artifact_location
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    found = client.get_experiment_by_name(experiment)
-    experiment_id = found.experiment_id if found else client.create_experiment(
-        experiment, artifact_location=_artifact_location(tracking_uri, experiment))
+    experiment_id = gateway.experiment_id(experiment)
     audited_parent = None
     for run_id in report.audited_run_ids[:1]:
         try:
-            audited_parent = client.get_run(run_id).data.tags.get("mlflow.parentRunId")
-        except Exception:  # noqa: BLE001 - the audited runs may live in another store
+            audited_parent = gateway.get_run(run_id).data.tags.get(tags.PARENT_RUN_ID)
+        except SuiteError:  # the audited runs may live in another store
             audited_parent = None
-    tags = {"suite.role": "audit", "suite.audited_target": report.target[:5000],
-            "suite.audited_run_ids": ",".join(report.audited_run_ids)[:5000],
-            "suite.verdict": PASS if report.passed else FAIL}
+    run_tags = {tags.ROLE: "audit", "suite.audited_target": report.target[:5000],
+                "suite.audited_run_ids": ",".join(report.audited_run_ids)[:5000],
+                "suite.verdict": PASS if report.passed else FAIL}
     if audited_parent:
-        tags["suite.audited_run_id"] = audited_parent
-    run_id = client.create_run(experiment_id, run_name=f"audit-{time.strftime('%Y%m%d-%H%M%S')}",
-                               tags=tags).info.run_id
+        run_tags["suite.audited_run_id"] = audited_parent
+    run_id = gateway.create_run(experiment_id, f"audit-{time.strftime('%Y%m%d-%H%M%S')}", run_tags,
+                                {"target": report.target[:500]})
     now = int(time.time() * 1000)
     counts = {v: sum(c.verdict == v for c in report.checks) for v in (PASS, FAIL, WARN, SKIP)}
-    check_tags = [RunTag(f"check.{i:03d}.{_tag_safe(c.subject)}.{c.name}"[:250], f"{c.verdict}: {c.detail}"[:5000])
-                  for i, c in enumerate(report.checks)]
-    client.log_batch(run_id, metrics=[Metric(f"checks_{k.lower()}", float(v), now, 0) for k, v in counts.items()],
-                     params=[Param("target", report.target[:500])])
-    for start in range(0, len(check_tags), 100):
-        client.log_batch(run_id, tags=check_tags[start:start + 100])
-    client.log_artifact(run_id, str(artifact))
-    client.set_terminated(run_id, status="FINISHED")
+    check_tags = {f"check.{i:03d}.{_tag_safe(c.subject)}.{c.name}"[:250]: f"{c.verdict}: {c.detail}"[:5000]
+                  for i, c in enumerate(report.checks)}
+    gateway.log(run_id, metrics=[(f"checks_{k.lower()}", float(v), now, 0) for k, v in counts.items()],
+                tags=check_tags)
+    gateway.log_artifact(run_id, artifact)
+    gateway.terminate(run_id, "FINISHED")
     return run_id

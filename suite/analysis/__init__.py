@@ -1,0 +1,1 @@
+"""Reading results: scoring repeats, comparing configurations, published ratios, audits, worker tuning, plots."""

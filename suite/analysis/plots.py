@@ -1,0 +1,84 @@
+"""PNG plots like the blog's chart (matplotlib, Agg): throughput and memory against
+``dataloader_num_workers``, one line per configuration with the workers axis left out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from suite.analysis.compare import THROUGHPUT, Row
+
+MiB = 2**20
+
+
+def finish_workers_axis(axis: Any, title: str, ylabel: str, workers: Sequence[int], legend_size: int) -> None:
+    """Title, labels, ticks at the ``dataloader_num_workers`` values, y from 0, grid and legend."""
+    axis.set_title(title)
+    axis.set_xlabel("dataloader_num_workers")
+    axis.set_ylabel(ylabel)
+    axis.set_xticks(list(workers))
+    axis.set_ylim(bottom=0)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=legend_size)
+
+
+def series_name(row: Row) -> str:
+    """A row's line: every axis but the worker count."""
+    c = row.config
+    name = f"{c.workload}/{c.preset} device={c.device} loader={c.loader} {c.precision} {c.engine}"
+    if c.prefetch_factor is not None:
+        name += f" prefetch={c.prefetch_factor}"
+    if c.nproc_per_node > 1:
+        name += f" nproc={c.nproc_per_node}"
+    return name
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot(rows: Sequence[Row], directory: Path) -> list[Path]:
+    """Write throughput.png and memory.png into ``directory``; returns their paths."""
+    plt = _pyplot()
+    directory.mkdir(parents=True, exist_ok=True)
+    series: dict[str, list[Row]] = {}
+    for row in rows:
+        series.setdefault(series_name(row), []).append(row)
+    for members in series.values():
+        members.sort(key=lambda r: r.config.num_workers)
+    workers = sorted({r.config.num_workers for r in rows})
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, members in series.items():
+        ax.plot([r.config.num_workers for r in members], [r.metrics[THROUGHPUT] for r in members], marker="o",
+                label=name)
+    finish_workers_axis(ax, "Training throughput vs loader workers", "throughput (samples/s, measured steps)",
+                        workers, 8)
+    throughput_png = _save(plt, fig, directory / "throughput.png")
+
+    fig, (host, device) = plt.subplots(1, 2, figsize=(12, 5))
+    for name, members in series.items():
+        xs = [r.config.num_workers for r in members]
+        colour = None  # one colour per series: PSS solid, RSS dashed
+        for key, style, what in (("host_ram_peak_pss_bytes", "-", "PSS"), ("host_ram_peak_rss_bytes", "--", "RSS")):
+            ys = [r.metrics.get(key, float("nan")) / MiB for r in members]
+            (line,) = host.plot(xs, ys, style, marker="o", color=colour, label=f"{name} ({what})")
+            colour = line.get_color()
+        device.plot(xs, [r.metrics.get("device_peak_memory_bytes", float("nan")) / MiB for r in members],
+                    marker="o", label=name)
+    finish_workers_axis(host, "Host RAM peak: training process + loader workers", "MiB", workers, 7)
+    finish_workers_axis(device, "Device peak memory", "MiB", workers, 7)
+    memory_png = _save(plt, fig, directory / "memory.png")
+    return [throughput_png, memory_png]

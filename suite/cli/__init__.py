@@ -1,0 +1,67 @@
+"""The ``suite`` command line.
+
+`suite run` with no arguments runs the default CPU matrix (tiny BridgeTower preset, synthetic
+New-Yorker-like data, ``dataloader_num_workers`` 0, 1, 2) into a local MLflow store (``./mlflow.db``)
+and a new results folder. ``suite list`` shows workloads, presets and devices; ``suite audit`` re-runs a
+recorded matrix and checks it; ``suite compare`` sets configurations side by side and beside published results;
+``suite recover`` / ``suite upload`` finish what a crash left and record a folder into MLflow.
+
+Commands live in :mod:`.measure` (run, tune, bench-loader, bench-overhead), :mod:`.records` (audit, compare,
+upload, recover) and :mod:`.inspect` (list, devices); shared options in :mod:`.options`, what is shown in
+:mod:`.display`. Each subparser names its handler with ``set_defaults(func=...)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Sequence
+
+from suite.errors import SuiteError
+
+
+def build_parser(suppress_defaults_of: str | None = None) -> argparse.ArgumentParser:
+    """The CLI parser; ``suppress_defaults_of`` leaves out that subcommand's options not given (to merge the
+    given ones over a config file)."""
+    from suite.cli import inspect, measure, records
+
+    parser = argparse.ArgumentParser(prog="suite", description=__doc__.split("\n\n")[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    measure.add_parsers(sub)
+    records.add_parsers(sub)
+    inspect.add_parsers(sub)
+    if suppress_defaults_of is not None:
+        for action in sub.choices[suppress_defaults_of]._actions:  # noqa: SLF001 - no public accessor
+            action.default = argparse.SUPPRESS
+    return parser
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the running configuration is recorded as KILLED."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return args.func(args, argv)
+    except SuiteError as exc:
+        print(f"suite: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        print("suite: interrupted; every ended configuration and the interrupted one are in results.json "
+              "and MLflow", file=sys.stderr)
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, Terminated):  # launch wraps it to carry a result
+            cause = cause.__cause__
+        return 143 if cause is not None else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,49 @@
+"""Commands that describe what is installed: ``suite list`` and ``suite devices``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Sequence
+
+
+def add_parsers(sub: Any) -> None:
+    sub.add_parser("list", help="list workloads with their presets, and device adapters with availability"
+                   ).set_defaults(func=cmd_list)
+    sub.add_parser("devices", help="every device adapter: availability, reason, detected hardware"
+                   ).set_defaults(func=cmd_devices)
+
+
+def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from rich.table import Table
+
+    from suite.cli.display import wide_console
+    from suite.registry import device_names, load_device
+
+    table = Table(title="device adapters")
+    for column in ("device", "available", "reason", "detected", "backend", "loaders"):
+        table.add_column(column)
+    for name in device_names():
+        cls = load_device(name)
+        avail = cls.availability()
+        detected = ", ".join(f"{k}={v}" for k, v in avail.details.items())
+        table.add_row(name, "yes" if avail.available else "no", avail.reason or "-", detected or "-",
+                      cls.distributed_backend, ",".join(cls.supported_loaders))
+    wide_console().print(table)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from suite.registry import device_names, load_device, load_workload, workload_names
+
+    print("workloads:")
+    for name in workload_names():
+        cls = load_workload(name)
+        for preset in cls.presets.values():
+            default = " (default)" if preset.name == cls.default_preset else ""
+            print(f"  {name}/{preset.name}{default}: batch {preset.batch_size}; {preset.description}")
+    print("devices:")
+    for name in device_names():
+        avail = load_device(name).availability()
+        state = "available" if avail.available else f"unavailable: {avail.reason}"
+        print(f"  {name}: {state}")
+    return 0

@@ -1,0 +1,311 @@
+"""Commands that measure: ``suite run``, ``suite tune``, ``suite bench-loader``, ``suite bench-overhead``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from suite.cli import options
+from suite.cli.display import PlainProgress, RichProgress, print_results_table, print_scores_table, stamp
+from suite.config import FILE_RUN_OPTIONS, MatrixSpec, RunConfig, load_config_file, param_text
+from suite.errors import SuiteError
+from suite.fileio import write_json_atomic
+from suite.records.results import FINISHED
+
+
+# --- parsers ---------------------------------------------------------------------------------------
+def add_parsers(sub: Any) -> None:
+    run = sub.add_parser("run", help="run a benchmark matrix and record it in MLflow and a results folder",
+                         description="Run every configuration of the matrix device x workers x loader x precision x "
+                                     "engine, each in a fresh process, and record it in a results folder "
+                                     "(results.json, one folder per run) and MLflow.")
+    run.add_argument("--config", type=Path, default=None, metavar="FILE",
+                     help="JSON or TOML file with matrix fields (workload, preset, devices, workers, loaders, "
+                          "precisions, engines, steps, warmup_steps, seed, batch_size, dataset, weights, "
+                          "skip_bad_samples, nproc_per_node, prefetch_factor) and "
+                          f"{', '.join(FILE_RUN_OPTIONS)}; options given on the command line win")
+    options.add_configuration_options(run, matrix=True)
+    run.add_argument("--nproc-per-node", type=options.int_at_least(1), default=1,
+                     help="processes (devices) per configuration, launched with torchrun over the device's "
+                          "distributed backend (gloo on CPU, nccl, hccl): global batch = batch size x N, global "
+                          "throughput over the slowest rank, host RAM summed over ranks (default: 1)")
+    run.add_argument("--prefetch-factor", type=options.int_at_least(1), default=None,
+                     help="batches each loader worker prepares ahead (default: torch's, 2); see `suite tune`")
+    run.add_argument("--repeats", type=options.int_at_least(1), default=1,
+                     help="run each configuration N times, each in a fresh process, and score it the MLPerf way "
+                          "(drop the highest and lowest throughput, mean of the rest; spread as CV) (default: 1)")
+    run.add_argument("--memory-limit", type=options.positive_float, default=None, metavar="GIB",
+                     help="cap each configuration's address space (its process and loader workers) at GIB GiB; "
+                          "a configuration that needs more fails with the reason, and the matrix goes on")
+    run.add_argument("--skip-bad-samples", action="store_true",
+                     help="leave out samples whose image cannot be decoded (found by decoding every image once) "
+                          "and record their count (metric skipped_samples) and names; default: a bad sample "
+                          "fails the configuration, naming the file")
+    run.add_argument("--weights", default=None,
+                     help="pretrained checkpoint (local path or hub id); default: random init of the preset")
+    options.add_output_option(run, "./suite-results/<time>; a new folder, never one holding results")
+    options.add_recording_options(run)
+    run.set_defaults(func=cmd_run)
+
+    tune = sub.add_parser(
+        "tune", help="find the smallest dataloader_num_workers / prefetch factor within a few %% of the best",
+        description="Run one configuration over dataloader_num_workers 0..--max-workers and, for workers > 0, "
+                    "each --prefetch-factors value (each a recorded run, as `suite run`), recommend the smallest "
+                    "setting whose throughput is within --tolerance of the best, and plot throughput and host PSS "
+                    "(tune.png, tune.json in the results folder; logged to the MLflow tune run with the pick as "
+                    "tags).")
+    options.add_configuration_options(tune, matrix=False, steps_default=20)
+    tune.add_argument("--max-workers", type=options.non_negative_int, default=None,
+                      help="largest num_workers tried (default: the core count)")
+    tune.add_argument("--prefetch-factors", type=options.parse_list(options.int_at_least(1), "prefetch factors"),
+                      default=(2,), help="prefetch factors tried for workers > 0, comma-separated (default: 2, "
+                                         "torch's)")
+    tune.add_argument("--tolerance", type=float, default=0.05,
+                      help="a setting within this fraction of the best throughput is good enough (default: 0.05)")
+    options.add_output_option(tune, "./suite-results/tune-<time>")
+    options.add_recording_options(tune)
+    tune.set_defaults(func=cmd_tune)
+
+    bench = sub.add_parser(
+        "bench-loader", help="the reference input pipeline vs ours (closed: same output; open: PSNR) in one run",
+        description="Measure the workload's image input pipelines side by side on the same images in one run: "
+                    "images/s per worker and end-to-end batches/s through a DataLoader, in interleaved rounds; "
+                    "ratios to the reference pipeline and fidelity (closed: max deviation, open: PSNR).")
+    bench.add_argument("--workload", default=options.DEFAULT_WORKLOAD)
+    bench.add_argument("--dataset", default=None, help="as `suite run` (default: synthetic)")
+    bench.add_argument("--images", type=options.int_at_least(1), default=480, help="images per pass (default: 480)")
+    bench.add_argument("--image-size", type=options.int_at_least(8), default=294,
+                       help="output side (default: 294, the published recipe's)")
+    bench.add_argument("--batch-size", type=options.int_at_least(1), default=48, help="default: 48, the reference's")
+    bench.add_argument("--num-workers", type=options.non_negative_int, default=None,
+                       help="default: the core count")
+    bench.add_argument("--rounds", type=options.int_at_least(1), default=3,
+                       help="interleaved rounds; figures are medians over them (default: 3)")
+    bench.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
+    options.add_output_option(bench, "none; with a folder, the figures go to DIR/bench-loader.json")
+    bench.set_defaults(func=cmd_bench_loader)
+
+    overhead = sub.add_parser(
+        "bench-overhead", help="the suite's step time with every tracker on vs a bare hand-written loop",
+        description="Train one configuration in one process, alternating blocks of steps of a bare hand-written "
+                    "loop and of the suite's own step loop with every tracker on (synchronized step timer, "
+                    "MLPerf log, host RAM sampler in a separate process, MLflow system metrics); the overhead "
+                    "is the median over block pairs of the suite's step time over the bare loop's, minus 1. "
+                    "Also measures the tracker process's CPU share and the host RAM sampler's own cost.")
+    options.add_configuration_options(overhead, matrix=False, steps_default=10)
+    overhead.add_argument("--workers", type=options.non_negative_int, default=0,
+                          help="dataloader_num_workers (default: 0)")
+    overhead.add_argument("--blocks", type=options.int_at_least(1), default=6,
+                          help="blocks of each kind, alternating (default: 6)")
+    overhead.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
+    options.add_output_option(overhead, "none; with a folder, the figures go to DIR/bench-overhead.json")
+    overhead.set_defaults(func=cmd_bench_overhead)
+
+
+# --- shared ----------------------------------------------------------------------------------------
+def merge_config_file(args: argparse.Namespace, argv: Sequence[str]) -> argparse.Namespace:
+    """Command-line options over the config file's fields over the defaults."""
+    if getattr(args, "config", None) is None:
+        return args
+    from suite.cli import build_parser
+
+    given = vars(build_parser(suppress_defaults_of="run").parse_args(argv))
+    merged = vars(args).copy()
+    for name, value in load_config_file(args.config).items():
+        if name not in given:
+            merged[name] = value
+    return argparse.Namespace(**merged)
+
+
+def spec_from_args(args: argparse.Namespace) -> MatrixSpec:
+    from suite.registry import load_workload
+
+    preset = args.preset or load_workload(args.workload).default_preset
+    return MatrixSpec.from_dict(dict(
+        workload=args.workload, preset=preset, devices=args.devices, workers=args.workers,
+        loaders=args.loaders, precisions=args.precisions, engines=getattr(args, "engines", ("suite",)),
+        steps=args.steps, warmup_steps=args.warmup_steps, seed=args.seed, batch_size=args.batch_size,
+        dataset=args.dataset, weights=getattr(args, "weights", None),
+        skip_bad_samples=getattr(args, "skip_bad_samples", False),
+        nproc_per_node=getattr(args, "nproc_per_node", 1), prefetch_factor=getattr(args, "prefetch_factor", None)))
+
+
+@dataclasses.dataclass
+class MatrixRun:
+    outcome: Any
+    store: Any  # the results folder, still locked: the caller adds its own files, then releases it
+    tracking_uri: str
+    recorder: Any
+    where: dict[str, Any]
+
+
+def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: argparse.Namespace,
+                 argv: Sequence[str], kind: str = "matrix") -> MatrixRun:
+    """Run ``configs`` (default: the matrix of ``spec``) into a new results folder and MLflow; print tables.
+    Everything is validated before the folder is created; the folder stays locked in the returned run."""
+    from suite.records.environment import git_state, host_facts, package_versions
+    from suite.records.store import MatrixInfo, ResultsStore
+    from suite.recorders import MlflowGateway, MlflowRecorder, default_tracking_uri
+    from suite.recorders.mlflow_gateway import check_reachable, normalize_uri
+    from suite.run.matrix import resolve, run_matrix
+
+    workload_cls, resolved = resolve(spec)
+    if configs is not None:  # same resolution (batch size from the preset) for a hand-made list
+        resolved = [dataclasses.replace(c, batch_size=resolved[0].batch_size) for c in configs]
+    tracking_uri = args.tracking_uri or default_tracking_uri()
+    check_reachable(tracking_uri)
+    prepared = workload_cls.prepare(resolved[0])
+
+    when = stamp()
+    output = args.output or Path("suite-results") / (when if kind == "matrix" else f"{kind}-{when}")
+    tags = {f"version.{k}": v for k, v in package_versions().items()}
+    tags.update({k: param_text(v) for k, v in git_state().items()})
+    tags.update({f"host.{k}": param_text(v) for k, v in host_facts().items()})
+    params: dict[str, Any] = {k: v for k, v in vars(spec).items()}
+    params["memory_limit_gib"] = getattr(args, "memory_limit", None)
+    params.update({f"prepared.{k}": v for k, v in prepared.items()})
+    name = f"{spec.workload}-{spec.preset}-{when}" if kind == "matrix" else f"{kind}-{spec.workload}-{when}"
+    memory_limit = getattr(args, "memory_limit", None)
+    info = MatrixInfo(name=name, workload=spec.workload, command=["suite", *argv], kind=kind,
+                      repeats=getattr(args, "repeats", 1),
+                      memory_limit_bytes=int(memory_limit * 2**30) if memory_limit else None,
+                      experiment=args.experiment, tags=tags, params={k: param_text(v) for k, v in params.items()},
+                      tracking_uri=normalize_uri(tracking_uri))
+    store = ResultsStore.create(output, info)
+    try:
+        recorder = MlflowRecorder(MlflowGateway(tracking_uri), args.experiment,
+                                  system_metrics_interval_s=args.system_metrics_interval or None)
+        display = PlainProgress() if args.no_progress else RichProgress(len(resolved) * info.repeats)
+        print(f"suite: {len(resolved)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
+        with display:
+            outcome = run_matrix(resolved, store, [recorder], display)
+    except BaseException:
+        store.release()
+        raise
+    print_results_table(outcome.results)
+    if info.repeats > 1:
+        print_scores_table(outcome.scores)
+    where = {"results": str(store.root / "results.json"), **recorder.describe()}
+    for error in outcome.recorder_errors:
+        print(f"suite: error: {error}\nsuite: the results folder holds every run; record them into MLflow with: "
+              f"suite upload {output} --tracking-uri {tracking_uri}", file=sys.stderr)
+    if outcome.recording_error is not None:
+        kept = (f"{len(outcome.results)} run(s) kept in {outcome.rescue_file}; after freeing space: "
+                f"suite recover {output} --from {outcome.rescue_file}") if outcome.rescue_file else \
+            "no place could take a rescue copy either: the runs are printed below as JSON"
+        print(f"suite: error: {outcome.reason}; {kept}", file=sys.stderr)
+        if outcome.rescue_file is None:
+            print(json.dumps([r.to_dict() for r in outcome.results]))
+    return MatrixRun(outcome, store, tracking_uri, recorder, where)
+
+
+def _exit_status(run: MatrixRun) -> int:
+    outcome = run.outcome
+    return 0 if outcome.status == FINISHED and not outcome.recorder_errors and not outcome.recording_error else 1
+
+
+# --- commands --------------------------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    args = merge_config_file(args, argv)
+    run = run_recorded(spec_from_args(args), None, args, argv)
+    run.store.release()
+    print("\n".join(f"{k}: {v}" for k, v in run.where.items()))
+    return _exit_status(run)
+
+
+def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from suite.analysis import tune
+
+    max_workers = args.max_workers if args.max_workers is not None else (os.cpu_count() or 1)
+    args.workers = tuple(range(0, max_workers + 1))
+    spec = spec_from_args(args)
+    configs = tune.sweep_configs(spec, args.prefetch_factors)
+    run = run_recorded(spec, configs, args, argv, kind="tune")
+    try:
+        outcome = tune.analyse(run.outcome.results, args.tolerance)
+        title = (f"suite tune: {spec.workload}/{spec.preset} on {spec.devices[0]}, loader {spec.loaders[0]}, "
+                 f"{spec.precisions[0]}, batch {run.outcome.results[0].config['batch_size']}")
+        png = tune.plot(outcome, run.store.path("tune.png"), title)
+        summary = run.store.write_json("tune.json", outcome.to_dict())
+    finally:
+        run.store.release()
+    if run.recorder.parent_run_id and not run.outcome.recorder_errors:
+        tune.log_to_mlflow(run.recorder.gateway, run.recorder.parent_run_id, outcome, [png, summary])
+    best, pick = outcome.best, outcome.recommended
+    print(f"best: {best.label} ({best.throughput_samples_per_s:.1f} samples/s)\n"
+          f"recommended: {pick.label} ({pick.throughput_samples_per_s:.1f} samples/s, within "
+          f"{args.tolerance:.0%} of the best, host PSS {(pick.host_ram_peak_pss_bytes or 0) / 2**20:.0f} MiB)\n"
+          f"plot: {png}\nsummary: {summary}")
+    print("\n".join(f"{k}: {v}" for k, v in run.where.items()))
+    return _exit_status(run)
+
+
+def _write_figures(folder: Path | None, name: str, figures: dict[str, Any]) -> None:
+    if folder is None:
+        return
+    if folder.exists() and not folder.is_dir():
+        raise SuiteError(f"--output {folder} is a file, not a folder")
+    try:
+        write_json_atomic(folder / name, figures)
+    except OSError as exc:
+        raise SuiteError(f"cannot write {folder / name}: {exc.strerror or exc}") from None
+
+
+def cmd_bench_loader(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from suite.registry import load_workload
+
+    figures = load_workload(args.workload).loader_benchmark(
+        dict(dataset=args.dataset, images=args.images, image_size=args.image_size, batch_size=args.batch_size,
+             num_workers=args.num_workers, rounds=args.rounds),
+        progress=(lambda message: None) if args.json else (lambda message: print(f"  {message}", file=sys.stderr)))
+    _write_figures(args.output, "bench-loader.json", figures)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return 0
+    from rich.table import Table
+
+    from suite.cli.display import wide_console
+
+    table = Table(title=f"input pipelines, {figures['settings']['num_workers']} worker(s), batch "
+                        f"{figures['settings']['batch_size']}, image {figures['settings']['image_size']}")
+    for column in ("pipeline", "images/s per worker", "end-to-end images/s", "batches/s", "vs reference"):
+        table.add_column(column, justify="left" if column == "pipeline" else "right")
+    reference = figures["pipelines"]["reference"]["end_to_end_batches_per_s"]
+    for name, row in figures["pipelines"].items():
+        table.add_row(name, f"{row['images_per_s_per_worker']:.0f}", f"{row['end_to_end_images_per_s']:.0f}",
+                      f"{row['end_to_end_batches_per_s']:.2f}", f"{row['end_to_end_batches_per_s'] / reference:.2f}x")
+    wide_console().print(table)
+    fidelity = figures["fidelity"]
+    print(f"closed: max deviation from the reference {fidelity['closed_max_abs_error']:.2g} after normalization "
+          f"({'within' if fidelity['closed_within_tolerance'] else 'NOT within'} 1/255); "
+          f"open: PSNR {figures['open_psnr_db']:.1f} dB against the reference")
+    return 0
+
+
+def cmd_bench_overhead(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from suite.run.matrix import resolve
+    from suite.run.overhead import run_overhead
+
+    args.workers = (args.workers,)
+    workload_cls, (config,) = resolve(spec_from_args(args))
+    workload_cls.prepare(config)
+    figures = run_overhead(config, args.blocks, progress=(lambda message: None) if args.json
+                           else (lambda message: print(f"  {message}", file=sys.stderr)))
+    _write_figures(args.output, "bench-overhead.json", figures)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return 0
+    sampler = figures["ram_sampler"]
+    print(f"bare loop: {figures['bare_step_time_s'] * 1000:.1f} ms/step; suite with every tracker: "
+          f"{figures['suite_step_time_s'] * 1000:.1f} ms/step; overhead {figures['overhead_fraction']:+.2%} "
+          f"(median over {args.blocks} pairs of alternating blocks of {args.steps} steps)\n"
+          f"host RAM sampler: RSS {sampler['rss_sample_cpu_s'] * 1000:.2f} ms CPU every "
+          f"{sampler['interval_s'] * 1000:.0f} ms, PSS {sampler['pss_sample_cpu_s'] * 1000:.1f} ms CPU every "
+          f"{sampler['pss_interval_s']:.1f} s = {sampler['cpu_fraction_of_one_core']:.1%} of one core "
+          f"({sampler['cpu_fraction_of_one_core_if_pss_every_sample']:.0%} if PSS were read every sample)")
+    return 0

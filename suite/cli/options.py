@@ -1,0 +1,150 @@
+"""Options declared once and shared by the commands that take them.
+
+Every value is checked when it is parsed: each parser raises ``ArgumentTypeError`` quoting the bad value, and
+argparse prints it with the subcommand's usage (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from suite.config import DEFAULT_SEED, DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, ENGINES, LOADERS, PRECISIONS
+
+DEFAULT_WORKLOAD = "bridgetower"
+
+
+# --- value parsers --------------------------------------------------------------------------------
+def parse_list(item: Callable[[str], Any], what: str) -> Callable[[str], tuple[Any, ...]]:
+    def parse(text: str) -> tuple[Any, ...]:
+        parts = [p.strip() for p in text.split(",")]
+        if not text.strip() or any(not p for p in parts):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {what}, got {text!r}")
+        try:
+            return tuple(item(p) for p in parts)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"invalid {what} in {text!r}: {exc}") from None
+    return parse
+
+
+def parse_one(item: Callable[[str], Any], what: str) -> Callable[[str], tuple[Any, ...]]:
+    """One value, stored as a 1-tuple so that one-configuration commands share the matrix's fields."""
+    def parse(text: str) -> tuple[Any, ...]:
+        try:
+            return (item(text.strip()),)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"invalid {what} {text!r}: {exc}") from None
+    return parse
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"{value} is negative")
+    return value
+
+
+def choice(choices: Sequence[str]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"{text!r} is not one of {', '.join(choices)}")
+        return text
+    return parse
+
+
+def float_above(minimum: float, inclusive: bool = False) -> Callable[[str], float]:
+    """A number ``> minimum`` (``>= minimum`` when ``inclusive``)."""
+    relation = ">=" if inclusive else ">"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number {relation} {minimum:g}, got {text!r}") from None
+        if not (value >= minimum if inclusive else value > minimum):
+            raise argparse.ArgumentTypeError(f"must be {relation} {minimum:g}, got {text}")
+        return value
+    return parse
+
+
+positive_float = float_above(0)
+non_negative_float = float_above(0, inclusive=True)
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+# --- option groups --------------------------------------------------------------------------------
+def add_configuration_options(parser: argparse.ArgumentParser, matrix: bool, steps_default: int = DEFAULT_STEPS
+                              ) -> None:
+    """What defines the configurations to measure. ``matrix``: the axes take comma-separated lists (`suite run`);
+    otherwise one value each (tune, bench-overhead). The fields are the same either way (devices, loaders...)."""
+    many = parse_list if matrix else parse_one
+    plural = "(s), comma-separated" if matrix else ""
+    parser.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload plugin name (default: %(default)s)")
+    parser.add_argument("--preset", default=None,
+                        help="workload preset, e.g. tiny (default, random init) or large (the published recipe)")
+    parser.add_argument("--device", dest="devices", type=many(str, "device names"), default=("cpu",),
+                        help=f"device adapter{plural} (default: cpu); see `suite devices`")
+    parser.add_argument("--loader", dest="loaders", type=many(choice(LOADERS), "loaders"), default=("cpu",),
+                        help="cpu: decode+preprocess in loader workers (the reference); cpu-fast: the same with our "
+                             "faster pipeline of equal output; device: workers read encoded bytes, the device "
+                             f"decodes; dali: NVIDIA DALI decodes them{'. Comma-separated' if matrix else ''} "
+                             "(default: cpu)")
+    parser.add_argument("--precision", dest="precisions", type=many(choice(PRECISIONS), "precisions"),
+                        default=("fp32",), help=f"fp32 or bf16 (autocast){plural} (default: fp32)")
+    parser.add_argument("--steps", type=int_at_least(1), default=steps_default,
+                        help="measured steps per configuration (default: %(default)s)")
+    parser.add_argument("--warmup-steps", type=int_at_least(0), default=DEFAULT_WARMUP_STEPS,
+                        help="warm-up steps excluded from every metric but the loss, on every device "
+                             "(default: %(default)s, as the reference's throughput_warmup_steps)")
+    parser.add_argument("--batch-size", type=int_at_least(1), default=None,
+                        help="per-device batch size (default: the preset's fixed one; recorded either way)")
+    parser.add_argument("--seed", type=int_at_least(0), default=DEFAULT_SEED, help="seed of every RNG (default: 42)")
+    parser.add_argument("--dataset", default=None,
+                        help="'synthetic' (default, generated locally), 'newyorker' (the published dataset from the "
+                             "hub, pinned revision) or an imagefolder path (images + metadata.jsonl)")
+    if matrix:
+        parser.add_argument("--workers", type=parse_list(non_negative_int, "worker counts"), default=(0, 1, 2),
+                            help="dataloader_num_workers values, comma-separated (default: 0,1,2)")
+        parser.add_argument("--engine", dest="engines", type=parse_list(choice(ENGINES), "engines"),
+                            default=("suite",),
+                            help="suite: the suite's own loop (default); hf-trainer: transformers' Trainer "
+                                 "(GaudiTrainer on Gaudi2) as the published benchmark, timed with the suite's "
+                                 "accounting and also recording the trainer's own train_samples_per_second. "
+                                 "Comma-separated: both side by side")
+
+
+def add_recording_options(parser: argparse.ArgumentParser) -> None:
+    """Where runs are recorded in MLflow, and how they are shown while they run."""
+    add_tracking_option(parser)
+    parser.add_argument("--experiment", default=None, help="MLflow experiment name (default: the workload name)")
+    parser.add_argument("--system-metrics-interval", type=non_negative_float, default=1.0, metavar="SECONDS",
+                        help="sample MLflow system metrics (CPU, RAM, NVIDIA GPU, Gaudi HPU where present) on each "
+                             "configuration's run every SECONDS; 0 turns them off (default: %(default)s)")
+    add_progress_option(parser)
+
+
+def add_tracking_option(parser: argparse.ArgumentParser, what: str = "") -> None:
+    parser.add_argument("--tracking-uri", default=None,
+                        help=f"MLflow tracking URI{what} (default: $MLFLOW_TRACKING_URI or sqlite:///./mlflow.db)")
+
+
+def add_progress_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-progress", action="store_true", help="plain log lines instead of progress bars")
+
+
+def add_output_option(parser: argparse.ArgumentParser, default: str, *aliases: str) -> None:
+    """``--output DIR``: the folder this command writes (never an existing results folder)."""
+    parser.add_argument("--output", *aliases, type=Path, default=None, metavar="DIR",
+                        help=f"output folder (default: {default})")

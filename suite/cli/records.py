@@ -1,0 +1,215 @@
+"""Commands that read records: ``suite audit``, ``suite compare``, ``suite upload``, ``suite recover``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from suite.cli import options
+from suite.cli.display import print_checks, print_compare_table, stamp, wide_console
+from suite.errors import SuiteError
+
+
+def add_parsers(sub: Any) -> None:
+    from suite.analysis.audit import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
+
+    audit = sub.add_parser(
+        "audit", help="re-run a recorded matrix from its manifests and give a verdict per check",
+        description="Audit TARGET: a results folder, an MLflow run id (matrix or configuration), or a "
+                    "published-results file (reference/*.json). Checks: the manifest's config is results.json's, "
+                    "batch size logged = used, equal warm-up accounting, loader/workers/prefetch observed = "
+                    "requested, re-run from the manifest with identical inputs, loss digest (bit-identical on the "
+                    "same device kind, else within --loss-rtol), throughput within the noise band, package drift. "
+                    "Exit status 1 when a check fails.")
+    audit.add_argument("target", help="results folder, MLflow run id, or reference JSON file")
+    options.add_tracking_option(audit, " of the target run and of the audit record")
+    options.add_output_option(audit, "./suite-results/audit-<time>: a results folder of the re-runs, with audit.json")
+    audit.add_argument("--no-rerun", action="store_true", help="check the records only")
+    audit.add_argument("--loss-rtol", type=float, default=DEFAULT_LOSS_RTOL,
+                       help="relative loss tolerance across device kinds (default: %(default)s)")
+    audit.add_argument("--throughput-tolerance", type=float, default=DEFAULT_THROUGHPUT_TOLERANCE,
+                       help="smallest throughput noise band, relative; 3 x the recorded CV when repeats were "
+                            "scored (default: %(default)s)")
+    options.add_progress_option(audit)
+    audit.set_defaults(func=cmd_audit)
+
+    compare = sub.add_parser(
+        "compare", help="configurations side by side with speed-ups and plots; beside published results",
+        description="Show configurations side by side, one row per configuration id (every axis: device, workers, "
+                    "loader, precision, engine, prefetch, processes, batch, seed, dataset...), with the metrics and "
+                    "the speed-up over a baseline, and write PNG plots (throughput, host RAM and device memory vs "
+                    "dataloader_num_workers). With --reference, also the published ratios beside the measured "
+                    "ones. Nothing is written into MLflow unless --log-plots is given.")
+    compare.add_argument("results", nargs="?", default=None,
+                         help="results folder or MLflow matrix run id (or use --experiment / --filter)")
+    compare.add_argument("--experiment", default=None, help="all configuration runs of this MLflow experiment")
+    compare.add_argument("--filter", dest="filter_string", default=None,
+                         help="MLflow search filter on configuration runs, e.g. \"params.device = 'cpu'\"")
+    compare.add_argument("--baseline", default=None,
+                         help="configuration the speed-ups are relative to (part of its id or label, e.g. "
+                              "nw0-cpu-fp32); default: the first")
+    options.add_output_option(compare, "./suite-results/compare-<time> (--plots is the old name)", "--plots")
+    compare.add_argument("--json", action="store_true", help="print the rows as JSON (one per configuration id)")
+    compare.add_argument("--log-plots", action="store_true",
+                         help="also log the plots as artifacts of the MLflow matrix run(s) the rows come from")
+    compare.add_argument("--reference", default=None,
+                         help="published results name (e.g. bridgetower_hf_blog_2023) or path")
+    options.add_tracking_option(compare)
+    compare.set_defaults(func=cmd_compare)
+
+    upload = sub.add_parser(
+        "upload", help="record a results folder into MLflow (its own store or another), without duplicates",
+        description="Repair what a crash left in the results folder (as `suite recover`), then record its runs "
+                    "into MLflow: for a matrix whose tracking server was unreachable, or to copy it to another "
+                    "store. Runs already recorded are found by their uids and not duplicated; runs left RUNNING "
+                    "are completed or marked KILLED. The folder's MLflow run ids are rewritten only for its own "
+                    "store.")
+    upload.add_argument("directory", type=Path, help="results folder written by `suite run`")
+    options.add_tracking_option(upload, " (default: the store the matrix recorded into)")
+    upload.set_defaults(func=cmd_upload)
+
+    recover = sub.add_parser(
+        "recover", help="finish what a crash (kill -9, full disk, dead server) left in a results folder and MLflow",
+        description="Repair a results folder whose runner died or could not write: runs from a rescue file "
+                    "(--from) or from runs/*/result.json that results.json lacks are recorded, started runs with "
+                    "no result become KILLED, a matrix left RUNNING becomes KILLED; then its own MLflow store is "
+                    "brought up to date (runs left RUNNING completed or KILLED, missing runs recorded). "
+                    "Idempotent.")
+    recover.add_argument("directory", type=Path, help="results folder written by `suite run`")
+    recover.add_argument("--from", dest="rescue", type=Path, default=None, metavar="RESCUE",
+                         help="rescue file printed by `suite run` when the results folder could not be written")
+    options.add_tracking_option(recover, " (default: the store the matrix recorded into)")
+    recover.set_defaults(func=cmd_recover)
+
+
+def _load_recorded(target: str, gateway: Any) -> Any:
+    from suite.analysis.audit import load_directory, load_mlflow_run
+
+    path = Path(target)
+    if path.is_dir():
+        return load_directory(path)
+    if path.suffix == ".json" or "/" in target:
+        raise SuiteError(f"no such results folder: {target}")
+    return load_mlflow_run(gateway, target)
+
+
+def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from suite.analysis.audit import audit_recorded, audit_reference, log_audit_to_mlflow
+    from suite.cli.display import PlainProgress, RichProgress
+    from suite.records.store import MatrixInfo, ResultsStore
+    from suite.recorders import MlflowGateway
+    from suite.recorders.mlflow_gateway import normalize_uri
+
+    target = Path(args.target)
+    if target.is_file():
+        report = audit_reference(target)
+        print_checks(report)
+        return 0 if report.passed else 1
+    gateway = MlflowGateway(args.tracking_uri)
+    recorded = _load_recorded(args.target, gateway)
+    workload = recorded.results[0].config["workload"]
+    output = args.output or Path("suite-results") / f"audit-{stamp()}"
+    store = ResultsStore.create(output, MatrixInfo(name=f"audit-{stamp()}", workload=workload, kind="audit",
+                                                   command=["suite", *argv],
+                                                   tracking_uri=normalize_uri(gateway.tracking_uri)))
+    try:
+        display = PlainProgress() if args.no_progress else RichProgress(len(recorded.results))
+        with display:
+            report = audit_recorded(recorded, args.target, store, rerun=not args.no_rerun, loss_rtol=args.loss_rtol,
+                                    throughput_tolerance=args.throughput_tolerance, progress=display)
+        audit_file = store.write_json("audit.json", report.as_dict())
+        store.finish("FINISHED", None if report.passed else "a check failed")
+    finally:
+        store.release()
+    run_id = log_audit_to_mlflow(report, gateway, workload, audit_file)
+    print_checks(report)
+    print(f"audit: {audit_file}\nmlflow audit run: {run_id}")
+    return 0 if report.passed else 1
+
+
+def cmd_upload(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    return _upload(args.directory, args.tracking_uri, None)
+
+
+def cmd_recover(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    return _upload(args.directory, args.tracking_uri, args.rescue)
+
+
+def _upload(directory: Path, tracking_uri: str | None, rescue: Path | None) -> int:
+    from suite.recorders.upload import upload
+
+    report = upload(directory, tracking_uri, rescue)
+    for line in report.repairs:
+        print(f"repaired: {line}")
+    for name in report.still_running:
+        print(f"still running: {name} (its process is alive); run this again when it ends")
+    print(f"recorded {report.recorded} run(s), {report.already_there} already in MLflow"
+          + (f", {report.killed_in_mlflow} left RUNNING marked KILLED" if report.killed_in_mlflow else "")
+          + f"; matrix run {report.parent_run_id} at {report.tracking_uri}"
+          + ("" if report.ids_written else " (another store: the folder's MLflow run ids are left as they were)"))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from suite.analysis.compare import rows_from_mlflow, rows_from_results, speedups
+    from suite.analysis.plots import plot
+    from suite.analysis.published import compare, load_reference, measured_table, reference_table
+    from suite.records.store import ResultsStore
+    from suite.recorders import MlflowGateway
+
+    gateway = MlflowGateway(args.tracking_uri)
+    rows: list = []
+    if args.results and Path(args.results).is_dir():
+        results = ResultsStore(args.results).results()
+        if not results:
+            raise SuiteError(f"{Path(args.results) / 'results.json'} lists no runs: nothing to compare")
+        rows = rows_from_results(results)
+        if not rows:
+            raise SuiteError(f"no configuration of {args.results} finished: nothing to compare")
+    elif args.results or args.experiment or args.filter_string:
+        if args.results and ("/" in args.results or args.results.endswith(".json")):
+            raise SuiteError(f"no such results folder: {args.results}")
+        rows = rows_from_mlflow(gateway, run_id=args.results, experiment=args.experiment,
+                                filter_string=args.filter_string)
+        if not rows:
+            raise SuiteError("no finished configuration matches: nothing to compare")
+    elif not args.reference:
+        raise SuiteError("give RESULTS (a results folder or MLflow run id), --experiment, --filter or --reference")
+    base, ratios = speedups(rows, args.baseline) if rows else (None, [])
+    if args.json:
+        print(json.dumps([{**row.as_dict(), "speedup": ratio, "baseline": base.config_id}
+                          for row, ratio in zip(rows, ratios, strict=True)], indent=2))
+    elif rows:
+        print_compare_table(rows, base, ratios)
+    if rows and (args.output is not None or not args.json):
+        folder = args.output or Path("suite-results") / f"compare-{stamp()}"
+        if folder.exists() and not folder.is_dir():
+            raise SuiteError(f"--output {folder} is a file, not a folder")
+        pngs = plot(rows, folder)
+        if not args.json:
+            print("plots: " + ", ".join(str(p) for p in pngs))
+        if args.log_plots:
+            parents = sorted({p for row in rows for p in row.matrix_run_ids})
+            if not parents:
+                raise SuiteError("--log-plots: these rows come from no MLflow matrix run")
+            for parent in parents:
+                for png in pngs:
+                    gateway.log_artifact(parent, png, artifact_path="plots")
+            if not args.json:
+                print(f"plots logged to MLflow run(s): {', '.join(parents)}")
+    if args.reference and not args.json:
+        from rich.table import Table
+
+        path, data = load_reference(args.reference)
+        table = Table(title=f"{data.get('title', path.stem)}: published vs measured ratios")
+        for column in ("ratio", "published", "measured", "measured / published"):
+            table.add_column(column, justify="left" if column == "ratio" else "right")
+        for ratio_row in compare(reference_table(data), measured_table(rows)):
+            both = ratio_row.published is not None and ratio_row.measured is not None
+            table.add_row(ratio_row.name, "-" if ratio_row.published is None else f"{ratio_row.published:.3f}",
+                          "-" if ratio_row.measured is None else f"{ratio_row.measured:.3f}",
+                          f"{ratio_row.measured / ratio_row.published:.3f}" if both else "-")
+        wide_console().print(table)
+    return 0

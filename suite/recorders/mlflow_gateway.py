@@ -1,0 +1,229 @@
+"""The MLflow gateway: every MLflow read and write of the suite goes through this module.
+
+* One client per tracking URI, made here. A fresh sqlite store is initialised under a file lock beside the
+  database (two processes creating it at once both succeed) and switched to write-ahead logging, so
+  concurrent writers wait for each other instead of failing.
+* HTTP requests retry a bounded number of times (:data:`BOUNDED_RETRIES`, MLflow's own environment settings;
+  a value the user set wins), so a dead tracking server costs seconds, not MLflow's default minutes.
+* Searches are paged: every matching run is returned, however many there are.
+* Tag names are MLflow's own constants (``mlflow.utils.mlflow_tags``) and the suite's, defined here once.
+* Values are written as :func:`suite.config.param_text` spells them.
+
+Read failures raise :class:`~suite.errors.SuiteError` with MLflow's first line; write failures propagate
+as MLflow raised them (the recorder that called is then switched off, see :mod:`suite.run.matrix`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID as PARENT_RUN_ID
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE as RUN_NOTE  # a run's or experiment's description
+
+from suite.config import param_text
+from suite.errors import SuiteError
+
+# --- the suite's own tag names ----------------------------------------------------------------------------
+ROLE = "suite.role"  # matrix, configuration, repeat, audit
+KIND = "suite.kind"  # matrix, tune, audit
+MATRIX_UID = "suite.matrix_uid"
+RUN_UID = "suite.run_uid"
+CONFIG_ID = "suite.config_id"
+STATUS = "suite.status"  # set once a configuration run is recorded completely
+REPEAT = "suite.repeat"
+COMMAND = "suite.command"
+
+#: MLflow's HTTP retry settings while the suite talks to a tracking server (at most ~30 s per outage).
+BOUNDED_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                   "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0.5", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+_BATCH_METRICS = 1000  # MLflow's log_batch limits
+_BATCH_PARAMS = 100
+_BATCH_TAGS = 100
+_PAGE = 1000
+_SQLITE = "sqlite:///"
+
+
+def default_tracking_uri() -> str:
+    """``$MLFLOW_TRACKING_URI`` if set, else an embedded sqlite store ``./mlflow.db``."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"{_SQLITE}{Path.cwd() / 'mlflow.db'}"
+
+
+def normalize_uri(uri: str) -> str:
+    """One spelling per store: a sqlite database by its absolute path, a server without a trailing slash."""
+    if uri.startswith(_SQLITE):
+        return _SQLITE + str(Path(uri[len(_SQLITE):]).expanduser().resolve())
+    return uri.rstrip("/")
+
+
+def sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len(_SQLITE):]) if uri.startswith(_SQLITE) else None
+
+
+def artifact_location(tracking_uri: str, experiment: str) -> str | None:
+    """Artifacts of a local sqlite store go beside the database file (``mlartifacts/``), not into the current
+    folder; a tracking server decides for itself (``None``)."""
+    database = sqlite_path(tracking_uri)
+    if database is None:
+        return None
+    return (database.parent / "mlartifacts" / experiment).resolve().as_uri()
+
+
+def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail before anything runs when an HTTP tracking server does not answer its health check."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as response:
+            if response.status != 200:
+                raise SuiteError(f"MLflow tracking server {uri} answered /health with HTTP {response.status}")
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise SuiteError(f"MLflow tracking server {uri} is unreachable ({reason}); start it or pass another "
+                         "--tracking-uri") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    message = getattr(exc, "message", None) or str(exc)
+    return (message.strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _initialise_sqlite(uri: str, database: Path) -> None:
+    """Create the store's tables under a file lock and switch the database to WAL journaling."""
+    import sqlite3
+
+    from filelock import FileLock
+    from mlflow.tracking import MlflowClient
+
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(database) + ".lock", timeout=120):
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates or migrates the tables
+        with sqlite3.connect(database, timeout=60) as connection:
+            if connection.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                connection.execute("PRAGMA journal_mode=WAL")
+
+
+class MlflowGateway:
+    """Everything the suite asks of one MLflow tracking store."""
+
+    def __init__(self, tracking_uri: str | None = None) -> None:
+        self.tracking_uri = tracking_uri or default_tracking_uri()
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            if self.tracking_uri.startswith(("http://", "https://")):
+                for name, value in BOUNDED_RETRIES.items():
+                    os.environ.setdefault(name, value)
+            database = sqlite_path(self.tracking_uri)
+            if database is not None:
+                _initialise_sqlite(self.tracking_uri, database)
+            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+        return self._client
+
+    # --- experiments -----------------------------------------------------------------------------------
+    def experiment_id(self, name: str, create: bool = True, description: str | None = None) -> str | None:
+        """The experiment's id; created (artifacts beside a sqlite store) when absent and ``create``."""
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        if not create:
+            return None
+        tags = {RUN_NOTE: description} if description else None
+        try:
+            return self.client.create_experiment(name, artifact_location=artifact_location(self.tracking_uri, name),
+                                                 tags=tags)
+        except Exception:  # noqa: BLE001 - another process created it first
+            found = self.client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    def all_experiment_ids(self) -> list[str]:
+        return [e.experiment_id for e in self.client.search_experiments()]
+
+    # --- writing -------------------------------------------------------------------------------------
+    def create_run(self, experiment_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, Any],
+                   parent_run_id: str | None = None) -> str:
+        all_tags = {k: param_text(v) for k, v in tags.items()}
+        if parent_run_id:
+            all_tags[PARENT_RUN_ID] = parent_run_id
+        run_id = self.client.create_run(experiment_id, run_name=name, tags=all_tags).info.run_id
+        self.log(run_id, params=params)
+        return run_id
+
+    def log(self, run_id: str, metrics: Iterable[tuple[str, float, int, int]] = (),
+            params: Mapping[str, Any] | None = None, tags: Mapping[str, Any] | None = None) -> None:
+        """Metrics as ``(key, value, timestamp_ms, step)``; params and tags as values (written as
+        :func:`param_text` spells them), in MLflow's batch sizes."""
+        from mlflow.entities import Metric, Param, RunTag
+
+        param_list = [Param(k, param_text(v)[:6000]) for k, v in (params or {}).items()]
+        metric_list = [Metric(k, float(v), int(t), int(s)) for k, v, t, s in metrics]
+        tag_list = [RunTag(k, param_text(v)[:5000]) for k, v in (tags or {}).items()]
+        for items, size, key in ((param_list, _BATCH_PARAMS, "params"), (metric_list, _BATCH_METRICS, "metrics"),
+                                 (tag_list, _BATCH_TAGS, "tags")):
+            for start in range(0, len(items), size):
+                self.client.log_batch(run_id, **{key: items[start:start + size]})
+
+    def log_artifacts(self, run_id: str, folder: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifacts(run_id, str(folder), artifact_path=artifact_path)
+
+    def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        self.client.log_artifact(run_id, str(path), artifact_path=artifact_path)
+
+    def terminate(self, run_id: str, status: str, end_time_s: float | None = None) -> None:
+        end_ms = int((end_time_s if end_time_s is not None else time.time()) * 1000)
+        self.client.set_terminated(run_id, status=status, end_time=end_ms)
+
+    # --- reading -------------------------------------------------------------------------------------
+    def get_run(self, run_id: str) -> Any:
+        try:
+            return self.client.get_run(run_id)
+        except Exception as exc:  # noqa: BLE001 - MlflowException, or a store that cannot be reached
+            raise SuiteError(f"no MLflow run {run_id!r} at {self.tracking_uri}: {_first_line(exc)}") from exc
+
+    def search_runs(self, experiment_ids: Sequence[str], filter_string: str = "",
+                    order_by: Sequence[str] | None = None) -> list[Any]:
+        """Every run matching ``filter_string``, page after page."""
+        runs: list[Any] = []
+        token = None
+        try:
+            while True:
+                page = self.client.search_runs(list(experiment_ids), filter_string=filter_string,
+                                               max_results=_PAGE, order_by=list(order_by or []), page_token=token)
+                runs.extend(page)
+                token = page.token
+                if not token:
+                    return runs
+        except Exception as exc:  # noqa: BLE001
+            raise SuiteError(f"MLflow query failed at {self.tracking_uri}: {_first_line(exc)}") from exc
+
+    def find_run(self, experiment_id: str, **tags: str) -> Any | None:
+        """The run of this experiment carrying every one of these tags (the newest if several)."""
+        query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+        found = self.search_runs([experiment_id], query, order_by=["attributes.start_time DESC"])
+        return found[0] if found else None
+
+    def download_artifact(self, run_id: str, path: str, destination: Path) -> Path | None:
+        """One artifact of a run into ``destination``; ``None`` when the run has no such artifact."""
+        destination.mkdir(parents=True, exist_ok=True)
+        try:
+            return Path(self.client.download_artifacts(run_id, path, str(destination)))
+        except Exception:  # noqa: BLE001 - absent artifact (MlflowException, OSError)
+            return None
+
+    def list_artifacts(self, run_id: str, path: str | None = None) -> list[str]:
+        return [a.path for a in self.client.list_artifacts(run_id, path)]
+
+    def metric_history(self, run_id: str, key: str) -> list[Any]:
+        return list(self.client.get_metric_history(run_id, key))

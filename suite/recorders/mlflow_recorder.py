@@ -1,0 +1,228 @@
+"""MLflow recording: an experiment per workload, a parent run per matrix, a child run per configuration.
+
+Each child run carries every config field as a param, the metrics under their public names (``loss`` once
+per step), and tags for the device, package versions and git commit. Runs are created when a configuration
+begins, so a live MLflow UI shows it RUNNING, and terminated with its final status. Every call goes through
+:class:`~suite.recorders.mlflow_gateway.MlflowGateway`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from suite.analysis.scoring import ConfigScore
+from suite.config import RunConfig
+from suite.records.results import RUNNING, RunResult
+from suite.records.store import MatrixInfo, RunFiles
+from suite.recorders import mlflow_gateway as tags_
+from suite.recorders.base import Recorder
+from suite.recorders.mlflow_gateway import MlflowGateway
+
+
+def _flatten(prefix: str, data: dict[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            flat.update(_flatten(name, value))
+        else:
+            flat[name] = value
+    return flat
+
+
+class MlflowRecorder(Recorder):
+    """Matrix -> configuration runs; with ``repeats > 1``, matrix -> configuration (the score) -> repeats.
+
+    With ``resume=True`` (``suite upload`` / ``suite recover``), runs already recorded are found by their uid
+    tags and left alone, runs started but never completed are completed, the rest are created.
+    """
+
+    def __init__(self, gateway: MlflowGateway, experiment_name: str | None = None, resume: bool = False,
+                 system_metrics_interval_s: float | None = None) -> None:
+        self.gateway = gateway
+        self._experiment_name = experiment_name
+        self.experiment_id: str | None = None
+        self.parent_run_id: str | None = None
+        self._matrix_uid = ""
+        self._matrix_ended_at: float | None = None
+        self._common_tags: dict[str, str] = {}
+        self._repeats = 1
+        self._results_root: Path | None = None
+        self._open_runs: dict[tuple[str, int], str] = {}  # (config_id, repeat) -> run id
+        self._score_runs: dict[str, str] = {}  # config_id -> run holding the score (repeats > 1)
+        self._resume = resume
+        self.skipped: list[str] = []  # run uids already complete (resume mode)
+        self._system_metrics_interval_s = system_metrics_interval_s
+        self._monitors: dict[tuple[str, int], Any] = {}  # system metrics of the running configuration
+
+    @property
+    def tracking_uri(self) -> str:
+        return self.gateway.tracking_uri
+
+    def open(self, info: MatrixInfo, results_root: Path) -> None:
+        self.experiment_id = self.gateway.experiment_id(self._experiment_name or info.experiment or info.workload)
+        self._results_root = results_root
+        self._repeats = info.repeats
+        self._matrix_uid = info.uid
+        self._matrix_ended_at = info.ended_at
+        self._common_tags = {**info.tags, tags_.MATRIX_UID: info.uid, tags_.KIND: info.kind}
+        if self._resume:
+            existing = self.gateway.find_run(self.experiment_id, **{tags_.MATRIX_UID: info.uid,
+                                                                    tags_.ROLE: "matrix"})
+            if existing is not None:
+                self.parent_run_id = existing.info.run_id
+                return
+        self.parent_run_id = self.gateway.create_run(
+            self.experiment_id, info.name,
+            {**self._common_tags, tags_.ROLE: "matrix", tags_.COMMAND: " ".join(info.command)[:5000]},
+            {**info.params, "repeats": info.repeats})
+
+    def _child(self, name: str, parent: str | None, tags: dict[str, str], config: RunConfig) -> str:
+        assert self.experiment_id is not None
+        return self.gateway.create_run(self.experiment_id, name, {**self._common_tags, **tags}, config.as_params(),
+                                       parent_run_id=parent)
+
+    def begin(self, config: RunConfig, repeat: int, run_uid: str) -> None:
+        config_id = config.config_id
+        tags = {tags_.CONFIG_ID: config_id, "suite.device": config.device, tags_.REPEAT: str(repeat)}
+        if self._repeats == 1:
+            parent, name, role = self.parent_run_id, config_id, "configuration"
+        else:
+            if config_id not in self._score_runs:
+                existing = self.gateway.find_run(self.experiment_id or "", **{
+                    tags_.MATRIX_UID: self._matrix_uid, tags_.CONFIG_ID: config_id,
+                    tags_.ROLE: "configuration"}) if self._resume else None
+                self._score_runs[config_id] = existing.info.run_id if existing else self._child(
+                    config_id, self.parent_run_id, {**tags, tags_.ROLE: "configuration"}, config)
+            parent, name, role = self._score_runs[config_id], f"{config_id}-r{repeat}", "repeat"
+        run_id = self._child(name, parent, {**tags, tags_.ROLE: role, tags_.RUN_UID: run_uid}, config)
+        self._open_runs[(config_id, repeat)] = run_id
+        if self._system_metrics_interval_s:
+            from suite.recorders.system_metrics import start_system_metrics
+
+            self._monitors[(config_id, repeat)] = start_system_metrics(
+                run_id, self.tracking_uri, self._system_metrics_interval_s)
+
+    def end(self, result: RunResult) -> None:
+        config = RunConfig.from_dict(result.config)
+        key = (config.config_id, result.repeat)
+        existing = None
+        if self._resume and result.run_uid:
+            existing = self.gateway.find_run(self.experiment_id or "", **{tags_.RUN_UID: result.run_uid})
+        if existing is not None and tags_.STATUS in existing.data.tags:  # recorded completely already
+            result.mlflow_run_id = existing.info.run_id
+            self.skipped.append(result.run_uid or "")
+            return
+        if existing is not None:  # started, never completed: complete it
+            self._open_runs[key] = existing.info.run_id
+        if key not in self._open_runs:
+            self.begin(config, result.repeat, result.run_uid or uuid.uuid4().hex)
+        run_id = self._open_runs.pop(key)
+        self._stop_monitor(key)
+        end_ms = int((result.ended_at or time.time()) * 1000)
+        start_ms = int((result.started_at or time.time()) * 1000)
+        metrics = [(k, float(v), end_ms, 0) for k, v in result.metrics.items()]
+        metrics += [("loss", float(v), start_ms, step) for step, v in enumerate(result.losses)]
+        tags = _flatten("facts", result.facts)
+        device_name = (result.facts.get("device") or {}).get("device_name")
+        if device_name:
+            tags["device_name"] = device_name
+        tags[tags_.STATUS] = result.status
+        tags["loss_digest"] = result.loss_digest
+        if result.reason:
+            tags["failure_reason"] = result.reason[:5000]
+        run_params = {f"run.{k}": v for k, v in (result.facts.get("run_params") or {}).items()}
+        self.gateway.log(run_id, metrics=metrics, params=run_params, tags=tags)
+        folder = self._run_folder(result)
+        if folder is not None and folder.is_dir():  # config, result, manifest, logs of this run
+            self.gateway.log_artifacts(run_id, folder)
+        self.gateway.terminate(run_id, result.status, result.ended_at)
+        result.mlflow_run_id = run_id  # only once the run is complete in MLflow
+
+    def _run_folder(self, result: RunResult) -> Path | None:
+        run_dir = result.facts.get("run_dir")
+        if self._results_root is None or not isinstance(run_dir, str):
+            return None
+        return RunFiles(self._results_root, Path(run_dir).name).folder
+
+    def score(self, score: ConfigScore) -> None:
+        run_id = self._score_runs.pop(score.config_id, None)
+        if run_id is None:  # a single repeat: its run is the configuration's run
+            return
+        if self._resume and tags_.STATUS in self.gateway.get_run(run_id).data.tags:
+            return
+        now_ms = int(time.time() * 1000)
+        metrics = [("repeats", float(score.repeats), now_ms, 0)]
+        if score.throughput_score is not None:
+            metrics.append(("throughput_samples_per_s", score.throughput_score, now_ms, 0))
+        if score.throughput_cv is not None:
+            metrics.append(("throughput_cv", score.throughput_cv, now_ms, 0))
+        metrics += [("throughput_repeat", v, now_ms, i) for i, v in enumerate(score.throughput_values)]
+        tags = {"suite.scoring": score.method, "suite.dropped_repeats": ",".join(map(str, score.dropped_repeats)),
+                "loss_digests_identical": score.loss_digests_identical, tags_.STATUS: score.status}
+        if score.reason:
+            tags["failure_reason"] = score.reason[:5000]
+        self.gateway.log(run_id, metrics=metrics, tags=tags)
+        self.gateway.terminate(run_id, score.status)
+
+    def kill_leftovers(self) -> int:
+        """Runs of this matrix still RUNNING (their runner died) become KILLED with an end time; the count."""
+        assert self.experiment_id is not None
+        left = self.gateway.search_runs([self.experiment_id], f"tags.`{tags_.MATRIX_UID}` = '{self._matrix_uid}' "
+                                                              f"and attributes.status = '{RUNNING}'")
+        left = [run for run in left if run.info.run_id != self.parent_run_id]
+        for run in left:
+            self.gateway.log(run.info.run_id, tags={"failure_reason": "its runner stopped before recording an end; "
+                                                                      "marked by suite recover"})
+            self.gateway.terminate(run.info.run_id, "KILLED")
+        return len(left)
+
+    def _stop_monitor(self, key: tuple[str, int], wait: bool = True) -> None:
+        monitor = self._monitors.pop(key, None)
+        if monitor is None:
+            return
+
+        def stop() -> None:
+            monitor.finish()
+            for extra in monitor.monitors:
+                if hasattr(extra, "shutdown"):
+                    extra.shutdown()
+
+        if wait:
+            stop()
+        else:  # a dead server would hold the final flush for as long as MLflow retries
+            threading.Thread(target=stop, name="system-metrics-stop", daemon=True).start()
+
+    def abandon(self) -> None:
+        for key in list(self._monitors):
+            self._stop_monitor(key, wait=False)
+
+    def close(self, status: str, reason: str | None = None) -> None:
+        for key in list(self._monitors):
+            self._stop_monitor(key)
+        for run_id in [*self._open_runs.values(), *self._score_runs.values()]:  # never ended: interrupted
+            self.gateway.terminate(run_id, "KILLED")
+        self._open_runs.clear()
+        self._score_runs.clear()
+        if not self.parent_run_id:
+            return
+        if reason:
+            self.gateway.log(self.parent_run_id, tags={"failure_reason": reason})
+        if self._results_root is not None:
+            for name in ("results.json", "scores.json", "matrix.json"):
+                path = self._results_root / name
+                if path.is_file():
+                    self.gateway.log_artifact(self.parent_run_id, path)
+        if self._resume:
+            run = self.gateway.get_run(self.parent_run_id)
+            if run.info.status == status and run.info.end_time:
+                return  # already closed as it ended: nothing to change
+        self.gateway.terminate(self.parent_run_id, status, self._matrix_ended_at if self._resume else None)
+
+    def describe(self) -> dict[str, Any]:
+        return {"tracking_uri": self.tracking_uri, "experiment_id": self.experiment_id,
+                "parent_run_id": self.parent_run_id}

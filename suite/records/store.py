@@ -1,0 +1,441 @@
+"""The results folder: this module alone reads and writes it.
+
+Layout (schema version 2)::
+
+    matrix.json     what the matrix is and how it ended (MatrixInfo); status RUNNING while it runs
+    results.json    {"schema_version": 2, "matrix_uid": ..., "runs": [RunResult, ...]}, rewritten atomically
+    scores.json     {"schema_version": 2, "matrix_uid": ..., "scores": [ConfigScore, ...]}
+    runs/<name>/    one configuration run: config.json, run.json, result.json, run.log, mlperf.log,
+                    manifest.json
+    .suite.lock     held (flock) by the one process writing the folder; the kernel releases it when that
+                    process dies, so "RUNNING and nobody holds the lock" means the runner crashed
+
+Every path recorded inside the folder is relative to it, so a copied folder is self-contained. Reads validate
+what they read and raise :class:`~suite.errors.ResultsFolderError` naming the file and what is wrong.
+Writes that fail (a full disk) raise :class:`~suite.errors.RecordingError`; the caller keeps the record in
+memory and :meth:`ResultsStore.rescue` puts it where it can be recovered from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterator
+
+from suite.config import RunConfig
+from suite.errors import ConfigError, RecordingError, ResultsFolderError
+from suite.fileio import write_json_atomic
+from suite.records.results import END_STATUSES, RUNNING, RunResult
+
+SCHEMA_VERSION = 2
+MATRIX_FILE = "matrix.json"
+RESULTS_FILE = "results.json"
+SCORES_FILE = "scores.json"
+RUNS_DIR = "runs"
+LOCK_FILE = ".suite.lock"
+RESCUE_PREFIX = "suite-rescue-"
+
+
+def _utc_now() -> float:
+    return time.time()
+
+
+@dataclass
+class MatrixInfo:
+    """What one matrix invocation is (``matrix.json``): its name, workload, command line, where it records,
+    and how it ended."""
+
+    name: str
+    workload: str
+    command: list[str]
+    repeats: int = 1
+    memory_limit_bytes: int | None = None
+    experiment: str | None = None  # MLflow experiment; None: the workload's name
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex)  # finds this matrix again (recover, upload)
+    kind: str = "matrix"  # matrix, tune, audit
+    tags: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    tracking_uri: str | None = None  # the matrix's own MLflow store
+    status: str = RUNNING
+    reason: str | None = None
+    started_at: float = field(default_factory=_utc_now)
+    ended_at: float | None = None
+    pid: int = field(default_factory=os.getpid)
+    host: str = field(default_factory=socket.gethostname)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "MatrixInfo":
+        if not isinstance(data, dict):
+            raise ValueError(f"not a JSON object but a {type(data).__name__}")
+        data = dict(data)
+        version = data.pop("schema_version", 1)
+        if version not in (1, SCHEMA_VERSION):
+            raise ValueError(f"schema_version {version!r}; this suite reads {SCHEMA_VERSION}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown field(s) {', '.join(unknown)}")
+        missing = [n for n in ("name", "workload", "command", "uid") if n not in data]
+        if missing:
+            raise ValueError(f"missing field(s) {', '.join(missing)}")
+        if data.get("status", RUNNING) not in (RUNNING, *END_STATUSES):
+            raise ValueError(f"status {data['status']!r} is not one of {RUNNING}, {', '.join(END_STATUSES)}")
+        if not isinstance(data["command"], list) or not isinstance(data["uid"], str):
+            raise ValueError("command must be a list and uid a string")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The files of one configuration run, ``runs/<name>/`` inside a results folder."""
+
+    root: Path
+    name: str
+
+    @property
+    def folder(self) -> Path:
+        return self.root / RUNS_DIR / self.name
+
+    @property
+    def relative_folder(self) -> str:
+        return f"{RUNS_DIR}/{self.name}"
+
+    config = property(lambda self: self.folder / "config.json")
+    run_info = property(lambda self: self.folder / "run.json")
+    result = property(lambda self: self.folder / "result.json")
+    log = property(lambda self: self.folder / "run.log")
+    mllog = property(lambda self: self.folder / "mlperf.log")
+    manifest = property(lambda self: self.folder / "manifest.json")
+
+    def write(self, path: Path, data: Any) -> None:
+        """One of this run's JSON files (config.json, run.json, result.json, manifest.json), atomically; the
+        configuration process writes its own through this too."""
+        try:
+            write_json_atomic(path, data)
+        except OSError as exc:
+            raise RecordingError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+    def facts(self) -> dict[str, str]:
+        """Where the run's files are, relative to the results folder (recorded in the run's facts)."""
+        facts = {"run_dir": self.relative_folder, "log": f"{self.relative_folder}/run.log",
+                 "manifest": f"{self.relative_folder}/manifest.json"}
+        if self.mllog.exists():
+            facts["mlperf_log"] = f"{self.relative_folder}/mlperf.log"
+        return facts
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ResultsFolderError(f"{path} is missing") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsFolderError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsFolderError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") \
+            from None
+
+
+def validate_result(data: Any, where: str) -> RunResult:
+    """A run record read from ``where``, checked field by field (config included)."""
+    try:
+        result = RunResult.from_dict(data)
+        RunConfig.from_dict(result.config)
+    except ConfigError as exc:
+        raise ResultsFolderError(f"{where}: config: {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise ResultsFolderError(f"{where}: {exc}") from None
+    return result
+
+
+def read_results_file(path: Path, matrix_uid: str | None = None) -> list[RunResult]:
+    """The runs of a ``results.json`` (schema 2, or the schema-1 bare list), each validated."""
+    data = _read_json(path)
+    if isinstance(data, list):  # schema 1: a bare list of runs
+        runs = data
+    elif isinstance(data, dict):
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise ResultsFolderError(f"{path} has schema_version {data.get('schema_version')!r}; this suite reads "
+                                     f"{SCHEMA_VERSION} (a results.json written by `suite run`)")
+        runs = data.get("runs")
+        if not isinstance(runs, list):
+            raise ResultsFolderError(f"{path} has no list of runs")
+        if matrix_uid is not None and data.get("matrix_uid") != matrix_uid:
+            raise ResultsFolderError(f"{path} belongs to matrix {data.get('matrix_uid')!r}, but {MATRIX_FILE} beside "
+                                     f"it describes matrix {matrix_uid!r}")
+    else:
+        raise ResultsFolderError(f"{path} is not a results file: a {type(data).__name__}, not a JSON object")
+    return [validate_result(run, f"{path}: run {index}") for index, run in enumerate(runs)]
+
+
+def read_scores_file(path: Path) -> list[dict[str, Any]]:
+    data = _read_json(path)
+    scores = data if isinstance(data, list) else data.get("scores") if isinstance(data, dict) else None
+    if not isinstance(scores, list) or not all(isinstance(s, dict) and "config_id" in s for s in scores):
+        raise ResultsFolderError(f"{path} is not a scores file (a list of scores, each with its config_id)")
+    return scores
+
+
+class ResultsStore:
+    """One results folder. :meth:`create` (a new matrix) and :meth:`reopen` (recovery) hold the folder's lock
+    until :meth:`release`; reading needs no lock."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self._lock: Any = None
+        self._matrix: MatrixInfo | None = None
+        self._runs: list[RunResult] = []
+        self._scores: list[dict[str, Any]] = []
+
+    # --- ownership -------------------------------------------------------------------------------
+    def _acquire(self) -> None:
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(str(self.root / LOCK_FILE), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            holder = ""
+            try:
+                matrix = MatrixInfo.from_dict(json.loads((self.root / MATRIX_FILE).read_text()))
+                holder = f" (pid {matrix.pid} on {matrix.host}, matrix {matrix.name})"
+            except (OSError, ValueError, TypeError):
+                pass
+            raise ResultsFolderError(f"results folder {self.root} is in use by another suite process{holder}; "
+                                     "wait for it or choose another --output") from None
+        except OSError as exc:
+            raise ResultsFolderError(f"cannot lock results folder {self.root}: {exc.strerror or exc}") from exc
+        self._lock = lock
+
+    def in_use(self) -> bool:
+        """Whether another process holds this folder's lock (always False for the holder itself)."""
+        if self._lock is not None or not (self.root / LOCK_FILE).exists():
+            return False
+        from filelock import FileLock, Timeout
+
+        probe = FileLock(str(self.root / LOCK_FILE), timeout=0)
+        try:
+            probe.acquire()
+        except Timeout:
+            return True
+        except OSError:
+            return False
+        probe.release()
+        return False
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> "ResultsStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    @classmethod
+    def create(cls, root: str | os.PathLike[str], matrix: MatrixInfo) -> "ResultsStore":
+        """A new results folder for ``matrix``, locked by this process. Refuses a folder in use or one that
+        already holds results (nothing is overwritten), and a path that cannot be a folder."""
+        store = cls(root)
+        try:
+            store.root.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise ResultsFolderError(f"--output {store.root} is a file, not a folder") from None
+        except NotADirectoryError:
+            raise ResultsFolderError(f"--output {store.root} lies under a file, not a folder") from None
+        except OSError as exc:
+            raise ResultsFolderError(f"cannot create output folder {store.root}: {exc.strerror or exc}") from None
+        store._acquire()
+        try:
+            if (store.root / MATRIX_FILE).exists() or (store.root / RESULTS_FILE).exists():
+                raise ResultsFolderError(f"{store.root} already holds the results of another matrix; "
+                                         "choose another --output (nothing is overwritten)")
+            store._matrix = matrix
+            store._write(MATRIX_FILE, matrix.to_dict())
+            store._write_results()
+        except BaseException:
+            store.release()
+            raise
+        return store
+
+    @classmethod
+    def reopen(cls, root: str | os.PathLike[str]) -> "ResultsStore":
+        """An existing results folder, locked for repair (``suite recover``); its records read and validated."""
+        store = cls(root)
+        if not (store.root / MATRIX_FILE).is_file():
+            raise ResultsFolderError(f"{store.root} is not a results folder: {MATRIX_FILE} is missing")
+        store._acquire()
+        try:
+            store._matrix = store.matrix()
+            store._runs = store.results() if (store.root / RESULTS_FILE).exists() else []
+            store._scores = store.scores()
+        except BaseException:
+            store.release()
+            raise
+        return store
+
+    # --- writing ----------------------------------------------------------------------------------
+    def _require_lock(self) -> None:
+        if self._lock is None:
+            raise RuntimeError(f"results folder {self.root} is not open for writing")
+
+    def _write(self, name: str, data: Any) -> None:
+        try:
+            write_json_atomic(self.root / name, data)
+        except OSError as exc:
+            raise RecordingError(f"cannot write {self.root / name}: {exc.strerror or exc}") from exc
+
+    def _write_results(self) -> None:
+        assert self._matrix is not None
+        self._write(RESULTS_FILE, {"schema_version": SCHEMA_VERSION, "matrix_uid": self._matrix.uid,
+                                   "runs": [r.to_dict() for r in self._runs]})
+
+    @property
+    def matrix_info(self) -> MatrixInfo:
+        if self._matrix is None:
+            self._matrix = self.matrix()
+        return self._matrix
+
+    def run_files(self, name: str) -> RunFiles:
+        """The folder of run ``name``, created empty (a re-used name is an error: nothing is overwritten)."""
+        self._require_lock()
+        files = RunFiles(self.root, name)
+        try:
+            files.folder.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise ResultsFolderError(f"{files.folder} exists already: two runs would share it") from None
+        except OSError as exc:
+            raise RecordingError(f"cannot create {files.folder}: {exc.strerror or exc}") from exc
+        return files
+
+    def record(self, result: RunResult) -> None:
+        """Add ``result`` to results.json, or update the run with its uid (e.g. once its MLflow id is known).
+        On failure it stays in this store's memory (:meth:`rescue`) and :class:`RecordingError` is raised."""
+        self._require_lock()
+        for index, known in enumerate(self._runs):
+            if result.run_uid is not None and known.run_uid == result.run_uid:
+                self._runs[index] = result
+                break
+        else:
+            self._runs.append(result)
+        self._write_results()
+
+    def record_scores(self, scores: list[dict[str, Any]]) -> None:
+        self._require_lock()
+        self._scores = list(scores)
+        assert self._matrix is not None
+        self._write(SCORES_FILE, {"schema_version": SCHEMA_VERSION, "matrix_uid": self._matrix.uid,
+                                  "scores": self._scores})
+
+    def finish(self, status: str, reason: str | None = None, ended_at: float | None = None) -> None:
+        """matrix.json says how the matrix ended."""
+        self._require_lock()
+        matrix = self.matrix_info
+        matrix.status, matrix.reason = status, reason
+        matrix.ended_at = ended_at if ended_at is not None else time.time()
+        self._write(MATRIX_FILE, matrix.to_dict())
+
+    def held_results(self) -> list[RunResult]:
+        """The runs this writer holds (what results.json says, or would say if a write failed)."""
+        return list(self._runs)
+
+    def write_json(self, name: str, data: Any) -> Path:
+        """An extra file of the folder (tune.json, audit.json...)."""
+        self._require_lock()
+        self._write(name, data)
+        return self.root / name
+
+    def path(self, name: str) -> Path:
+        """Where an extra file or folder of this results folder goes (plots, reports)."""
+        return self.root / name
+
+    def rescue(self) -> Path | None:
+        """Write what this store holds in memory (matrix, runs, scores) to a rescue file outside the results
+        folder (the temporary folder, else the user's cache), for ``suite recover --from``; ``None`` if no
+        place could take it."""
+        matrix = self.matrix_info
+        payload = {"schema_version": SCHEMA_VERSION, "matrix": matrix.to_dict(), "results_folder": str(self.root),
+                   "runs": [r.to_dict() for r in self._runs], "scores": self._scores}
+        for folder in (Path(tempfile.gettempdir()), Path.home() / ".cache" / "suite" / "rescue"):
+            target = folder / f"{RESCUE_PREFIX}{matrix.uid}.json"
+            try:
+                write_json_atomic(target, payload)
+            except OSError:
+                continue
+            return target
+        return None
+
+    # --- reading ----------------------------------------------------------------------------------
+    def matrix(self) -> MatrixInfo:
+        path = self.root / MATRIX_FILE
+        if not self.root.is_dir():
+            raise ResultsFolderError(f"no such results folder: {self.root}")
+        if not path.is_file():
+            raise ResultsFolderError(f"{self.root} is not a results folder: {MATRIX_FILE} is missing")
+        try:
+            return MatrixInfo.from_dict(_read_json(path))
+        except (ValueError, TypeError) as exc:
+            raise ResultsFolderError(f"{path}: {exc}") from None
+
+    def results(self) -> list[RunResult]:
+        """Every run of results.json, validated."""
+        matrix_uid = self.matrix().uid if (self.root / MATRIX_FILE).is_file() else None
+        return read_results_file(self.root / RESULTS_FILE, matrix_uid)
+
+    def scores(self) -> list[dict[str, Any]]:
+        path = self.root / SCORES_FILE
+        return read_scores_file(path) if path.is_file() else []
+
+    def run_folder(self, result: RunResult) -> Path | None:
+        """The run's folder inside this results folder (wherever the folder has been copied to)."""
+        run_dir = result.facts.get("run_dir")
+        if not isinstance(run_dir, str) or not run_dir:
+            return None
+        return self.root / RUNS_DIR / Path(run_dir).name
+
+    def manifest_of(self, result: RunResult) -> dict[str, Any] | None:
+        """The run's manifest, read from this folder (``None`` if the run has none)."""
+        from suite.records.manifest import load_manifest
+
+        folder = self.run_folder(result)
+        if folder is None or not (folder / "manifest.json").is_file():
+            return None
+        return load_manifest(folder / "manifest.json")
+
+    def runs_on_disk(self) -> Iterator[tuple[RunFiles, RunResult | None, dict[str, Any] | None]]:
+        """Every ``runs/<name>/`` folder with its result.json (validated; ``None`` if absent) and run.json."""
+        runs = self.root / RUNS_DIR
+        if not runs.is_dir():
+            return
+        for folder in sorted(p for p in runs.iterdir() if p.is_dir()):
+            files = RunFiles(self.root, folder.name)
+            result = validate_result(_read_json(files.result), str(files.result)) if files.result.is_file() else None
+            info = _read_json(files.run_info) if files.run_info.is_file() else None
+            yield files, result, info if isinstance(info, dict) else None
+
+
+def read_rescue(path: str | os.PathLike[str]) -> tuple[MatrixInfo, list[RunResult], list[dict[str, Any]]]:
+    """A rescue file written by :meth:`ResultsStore.rescue`, validated."""
+    path = Path(path)
+    data = _read_json(path)
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION or "matrix" not in data:
+        raise ResultsFolderError(f"{path} is not a suite rescue file")
+    try:
+        matrix = MatrixInfo.from_dict(data["matrix"])
+    except (ValueError, TypeError) as exc:
+        raise ResultsFolderError(f"{path}: matrix: {exc}") from None
+    runs = [validate_result(r, f"{path}: run {i}") for i, r in enumerate(data.get("runs") or [])]
+    return matrix, runs, list(data.get("scores") or [])

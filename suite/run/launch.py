@@ -1,0 +1,226 @@
+"""Launch one configuration in a fresh process and collect its result.
+
+The configuration process (:mod:`suite.run.process`) gets its own run folder in the results folder
+(``runs/<name>/``, see :class:`suite.records.store.RunFiles`) with ``config.json`` and ``run.json`` (its run uid,
+repeat and the command line, for its manifest). While it runs, this process samples its host RAM (the process
+and its loader workers) and turns its events into progress; its stderr and any plain output become ``run.log``.
+The result arrives as the child's last event (so a full disk cannot lose it), else from its result.json, else
+it is a FAILED result saying how the process ended.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from suite.config import RunConfig
+from suite.errors import RecordingError, ResultsFolderError
+from suite.events import parse as parse_event
+from suite.records.manifest import build_manifest
+from suite.records.results import FAILED, RunResult
+from suite.records.store import ResultsStore, RunFiles
+from suite.trackers.host_ram import HostRamSampler
+
+PROCESS_MODULE = "suite.run.process"
+LOG_TAIL_LINES = 20
+#: Failure messages that mean the address space ran out (allocators, mmap of shared libraries).
+_LOOKS_LIKE_OOM = re.compile(r"out of memory|MemoryError|can't allocate|cannot allocate memory|failed to map",
+                             re.IGNORECASE)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM while a configuration ran; ``result`` is its result when the process had already sent
+    it (it finished), else ``None`` (it was stopped)."""
+
+    def __init__(self, result: RunResult | None) -> None:
+        super().__init__()
+        self.result = result
+
+
+class Progress(Protocol):
+    """What the runner tells a progress display (the CLI's is a rich progress bar)."""
+
+    def config_started(self, config: RunConfig, index: int, count: int) -> None: ...
+    def event(self, config: RunConfig, event: dict[str, Any]) -> None: ...
+    def config_ended(self, result: RunResult) -> None: ...
+
+
+class NoProgress:
+    def config_started(self, config: RunConfig, index: int, count: int) -> None:
+        pass
+
+    def event(self, config: RunConfig, event: dict[str, Any]) -> None:
+        pass
+
+    def config_ended(self, result: RunResult) -> None:
+        pass
+
+
+def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with open(path, errors="replace") as fh:
+            return "".join(deque(fh, maxlen=lines)).strip()
+    except OSError:
+        return ""
+
+
+def _exit_description(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        hint = " (killed: out of memory?)" if -returncode == signal.SIGKILL else ""
+        return f"run process died from {name}{hint}"
+    return f"run process exited with status {returncode} without a result"
+
+
+def _address_space_limit(limit_bytes: int) -> Callable[[], None]:
+    def apply() -> None:  # runs in the child between fork and exec; loader workers inherit it
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+    return apply
+
+
+class _LogSink:
+    """``run.log`` as the runner writes it (the child's plain output, notes): a write that fails (full disk) is
+    dropped, never fatal; the first failure is kept for the run's facts."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle, self.error = handle, None
+
+    def write(self, text: str) -> None:
+        if self.error is not None:
+            return
+        try:
+            self.handle.write(text)
+        except OSError as exc:
+            self.error = f"cannot write {self.handle.name}: {exc.strerror or exc}"
+
+
+def _read_result(files: RunFiles) -> RunResult | None:
+    from suite.records.store import validate_result
+
+    if not files.result.is_file():
+        return None
+    try:
+        import json
+
+        return validate_result(json.loads(files.result.read_text()), str(files.result))
+    except (OSError, ValueError, ResultsFolderError):
+        return None
+
+
+def _validated(received: dict[str, Any] | None, files: RunFiles) -> RunResult | None:
+    from suite.records.store import validate_result
+
+    if received is None:
+        return None
+    try:
+        return validate_result(received, f"the result event of {files.relative_folder}")
+    except ResultsFolderError:
+        return None
+
+
+def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = None, command: Sequence[str] = (),
+           repeat: int = 0, run_name: str | None = None, memory_limit_bytes: int | None = None,
+           run_uid: str | None = None, sample_interval_s: float = 0.05) -> RunResult:
+    """Run one configuration in a fresh Python process (through torchrun when ``nproc_per_node > 1``) and return
+    its complete result (host RAM included); the run's files are in ``store``'s ``runs/<run_name>/``.
+
+    ``memory_limit_bytes`` caps the address space of the child and its loader workers (``RLIMIT_AS``); going
+    over it fails that configuration only. Raises :class:`RecordingError` when the run folder cannot be
+    written (nothing ran then); an interrupt stops the child and propagates.
+    """
+    progress = progress or NoProgress()
+    files = store.run_files(run_name or config.config_id)
+    files.write(files.config, config.to_dict())
+    run_info: dict[str, Any] = {"run_uid": run_uid, "repeat": repeat, "command": list(command),
+                                "matrix_uid": store.matrix_info.uid}
+    files.write(files.run_info, run_info)
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    launcher = [sys.executable]
+    if config.nproc_per_node > 1:  # one process per device, through torch.distributed's own launcher
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    f"--nproc-per-node={config.nproc_per_node}"]
+    cmd = [*launcher, "-m", PROCESS_MODULE, "--run-folder", str(files.folder.resolve())]
+    started = time.time()
+    received: dict[str, Any] | None = None
+    try:
+        log = open(files.log, "a", buffering=1)  # noqa: SIM115 - O_APPEND, shared with the child's stderr
+    except OSError as exc:
+        raise RecordingError(f"cannot write {files.log}: {exc.strerror or exc}") from exc
+    sink = _LogSink(log)
+    try:
+        limit = _address_space_limit(memory_limit_bytes) if memory_limit_bytes else None
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, preexec_fn=limit)
+        try:
+            files.write(files.run_info, {**run_info, "pid": proc.pid})
+        except RecordingError as exc:
+            sink.write(f"{exc}\n")
+        sampler = HostRamSampler(proc.pid, interval_s=sample_interval_s).start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                event = parse_event(line)
+                if event is None:
+                    sink.write(line)
+                elif "result" in event:
+                    received = event["result"]
+                else:
+                    progress.event(config, event)
+            returncode = proc.wait()
+        except BaseException as exc:  # interrupted: stop the child and its workers, then propagate
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            sampler.stop()
+            if isinstance(exc, KeyboardInterrupt):  # a result already sent is a finished run: never lost
+                raise Interrupted(_validated(received, files)) from exc
+            raise
+        finally:
+            ram = sampler.stop()
+    finally:
+        try:
+            log.close()
+        except OSError:  # its last buffered line could not be written: dropped
+            pass
+    result = _validated(received, files) or _read_result(files)
+    if result is None:
+        tail = _log_tail(files.log)
+        last = tail.splitlines()[-1] if tail else ""
+        reason = _exit_description(returncode) + (f"; last log line: {last}" if last else "")
+        result = RunResult(config=config.to_dict(), status=FAILED, reason=reason, started_at=started,
+                           ended_at=time.time())
+    result.repeat, result.run_uid = repeat, run_uid
+    if sink.error:
+        result.facts.setdefault("recording_errors", []).append(sink.error)
+    if memory_limit_bytes:
+        result.facts["memory_limit_bytes"] = memory_limit_bytes
+        if result.status == FAILED and (returncode < 0 or _LOOKS_LIKE_OOM.search(result.reason or "")):
+            result.reason = f"{result.reason} (under a memory limit of {memory_limit_bytes / 2**30:.2f} GiB)"
+    if ram.samples:
+        result.metrics["host_ram_peak_rss_bytes"] = float(ram.peak_rss_bytes)
+        if ram.peak_pss_bytes is not None:
+            result.metrics["host_ram_peak_pss_bytes"] = float(ram.peak_pss_bytes)
+        result.facts["host_ram_max_processes"] = ram.max_processes
+        result.facts["host_ram_samples"] = ram.samples
+    try:
+        if not files.manifest.is_file():  # the process died before writing it
+            files.write(files.manifest, build_manifest(result, command))
+        result.facts.update(files.facts())
+        files.write(files.result, result.to_dict())  # the complete record, host RAM included
+    except RecordingError as exc:  # the result is in memory; the results store reports the failure
+        result.facts.update(files.facts())
+        result.facts.setdefault("recording_errors", []).append(str(exc))
+    return result

@@ -1,0 +1,94 @@
+"""The suite's step loop, shared by the configuration process, the pytest plugin and bench-overhead.
+
+:func:`prepare_device` refuses what a device does not run and seeds it; :class:`TrainingSteps` times steps one at
+a time with the suite's accounting (data wait, device-synchronized clock, batch-size check, exact loss).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from suite.config import RunConfig
+from suite.errors import SuiteError
+from suite.records.results import RunResult, StepStats
+from suite.trackers.timing import StepTimer, StepTiming
+
+
+def prepare_device(config: RunConfig, adapter: Any) -> None:
+    """Refuse a loader or precision the device does not run (never swap it), then make it deterministic
+    and seed every RNG. Shared by the run process and the pytest plugin."""
+    if config.loader not in adapter.supported_loaders:
+        raise SuiteError(
+            f"loader {config.loader!r} is not supported on {config.device}; "
+            f"supported: {', '.join(adapter.supported_loaders)}"
+        )
+    adapter.autocast(config.precision)  # fails now, not mid-run, if the precision is unsupported
+    adapter.configure_determinism()
+    adapter.seed(config.seed)
+
+
+class TrainingSteps:
+    """Training steps one at a time, timed the suite's way; shared by the run process and the pytest plugin.
+
+    Each step's clock covers waiting for the batch (data wait), the step itself and the device
+    synchronization; the batch size is checked on every step and a non-finite loss stops the run.
+    Losses are appended to ``losses`` as they come, so a failure keeps the trajectory so far.
+    """
+
+    def __init__(self, config: RunConfig, adapter: Any, workload: Any, losses: list[float] | None = None) -> None:
+        self.config, self.adapter, self.workload = config, adapter, workload
+        self.losses = losses if losses is not None else []
+        self.timings: list[StepTiming] = []
+        self._batches = workload.batches()
+        self._timer = StepTimer(adapter.synchronize)
+
+    @property
+    def batches(self) -> Any:
+        """The endless batch iterator these steps draw from (shared with a bare loop by bench-overhead)."""
+        return self._batches
+
+    def start_clock(self) -> None:
+        """(Re)start the clock: steps that follow without a restart are timed back to back."""
+        self._timer.start()
+
+    def step(self) -> StepTiming:
+        batch = next(self._batches)
+        self.batch_ready(batch)
+        return self.step_end(self.workload.train_step(batch))
+
+    # The two halves of a step, also called by an external training loop (engine hf-trainer).
+    def batch_ready(self, batch: Any) -> None:
+        """The step's batch is in hand: the data wait ends; its size must be the recorded batch size."""
+        self._timer.batch_ready()
+        samples = self.workload.count_samples(batch)
+        if samples != self.config.batch_size:
+            raise SuiteError(f"step {len(self.timings)} got a batch of {samples} samples but the recorded batch "
+                             f"size is {self.config.batch_size}")
+
+    def step_end(self, loss: Any) -> StepTiming:
+        """After the optimizer step: device step boundary, loss read back, clock read after a device sync."""
+        index = len(self.timings)
+        self.adapter.step_boundary()
+        loss_value = float(loss)
+        timing = self._timer.step_done()
+        self.timings.append(timing)
+        self.losses.append(loss_value)
+        if not math.isfinite(loss_value):
+            raise SuiteError(f"loss became {loss_value} at step {index}")
+        return timing
+
+    def record(self, result: RunResult) -> StepStats | None:
+        """Metrics of the measured steps (after the warm-up ones) and peak device memory, into ``result``."""
+        result.facts["batch_size_used"] = self.config.batch_size
+        measured = self.timings[self.config.warmup_steps:]
+        stats = StepStats.from_timings(measured, self.config.batch_size) if measured else None
+        if stats is not None:
+            result.metrics.update(stats.as_dict())
+        memory = self.adapter.peak_memory()
+        if memory is not None:
+            result.metrics["device_peak_memory_bytes"] = float(memory.peak_bytes)
+            result.facts["device_peak_memory_source"] = memory.source
+            for name, value in memory.extra.items():
+                result.metrics[f"device_{name}_bytes"] = float(value)
+        return stats

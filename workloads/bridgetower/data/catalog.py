@@ -1,0 +1,42 @@
+"""Which source a ``--dataset`` names, and the samples that can be used from it.
+
+* ``synthetic`` (default): the deterministic local set of :mod:`.synthetic`;
+* ``newyorker``: the published dataset from the hub (:class:`.sources.HubSource`);
+* a folder path in the ``imagefolder`` layout (:class:`.sources.ImageFolderSource`).
+
+With ``skip_bad_samples``, the samples that fail to decode are left out (:mod:`.validation`). This module sits
+above both :mod:`.sources` and :mod:`.validation`, which do not import each other's users.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from suite.errors import DatasetError
+
+from workloads.bridgetower.data.sources import HubSource, ImageCaptionSource, ImageFolderSource
+from workloads.bridgetower.data.synthetic import DEFAULT_SAMPLES, DEFAULT_SEED, ensure_synthetic
+from workloads.bridgetower.data.validation import UsableSamples, scan
+
+
+def open_source(spec: str | None, skip_bad_samples: bool = False,
+                synthetic_samples: int = DEFAULT_SAMPLES) -> ImageCaptionSource:
+    """The source named by ``--dataset`` (see the module docstring); with ``skip_bad_samples``, without
+    the samples that fail to decode (see :mod:`.validation`)."""
+    source = _open(spec, synthetic_samples)
+    if not skip_bad_samples:
+        return source
+    return UsableSamples(source, scan(source))
+
+
+def _open(spec: str | None, synthetic_samples: int) -> ImageCaptionSource:
+    if spec in (None, "synthetic"):
+        return ImageFolderSource(ensure_synthetic(synthetic_samples, DEFAULT_SEED), kind="synthetic")
+    if spec == "newyorker":
+        return HubSource()
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise DatasetError(
+            f"dataset path does not exist: {path} (use 'synthetic', 'newyorker' or an imagefolder path)"
+        )
+    return ImageFolderSource(path)
