@@ -12,7 +12,7 @@ import hashlib
 import itertools
 import json
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 import os
 from typing import Any, ClassVar, Mapping
 
@@ -32,6 +32,13 @@ PRECISIONS = ("fp32", "bf16")
 DEFAULT_SEED = 42
 DEFAULT_WARMUP_STEPS = 3  # the reference's throughput_warmup_steps
 DEFAULT_STEPS = 30
+#: Field metadata of run controls (bounds, time limits): recorded, but not part of a configuration's identity.
+_CONTROL = {"identity": False}
+#: Time allowed per configuration when no --timeout is given: set-up, plus this much per step.
+SETUP_ALLOWANCE_S = 900.0
+STEP_ALLOWANCE_S = 60.0
+#: Longest wait for one batch from loader workers when no --loader-timeout is given.
+DEFAULT_LOADER_TIMEOUT_S = 300.0
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")  # what may appear in a config id part
 
 
@@ -67,6 +74,13 @@ class RunSettings:
     skip_bad_samples: bool = False
     nproc_per_node: int = 1  # processes (devices) per node, launched with torchrun when > 1
     prefetch_factor: int | None = None  # batches each loader worker prepares ahead; None: torch's default (2)
+    # Bounds and limits: they decide whether a run may go on, never what it measures, so they are not part
+    # of a configuration's identity (see :attr:`RunConfig.config_id`).
+    max_image_pixels: int | None = field(default=None, metadata=_CONTROL)  # None: Pillow's MAX_IMAGE_PIXELS
+    max_image_bytes: int | None = field(default=None, metadata=_CONTROL)  # None: DEFAULT_MAX_IMAGE_BYTES
+    allow_outside_links: bool = field(default=False, metadata=_CONTROL)  # symlinks leaving the dataset folder
+    timeout_s: float | None = field(default=None, metadata=_CONTROL)  # None: derived from the steps; 0: none
+    loader_timeout_s: float | None = field(default=None, metadata=_CONTROL)  # None: DEFAULT_LOADER_TIMEOUT_S
 
     def __post_init__(self) -> None:
         _require_name("workload", self.workload)
@@ -85,6 +99,27 @@ class RunSettings:
         _require_int("nproc_per_node", self.nproc_per_node, 1)
         if self.prefetch_factor is not None:
             _require_int("prefetch_factor", self.prefetch_factor, 1)
+        for name in ("max_image_pixels", "max_image_bytes"):
+            if getattr(self, name) is not None:
+                _require_int(name, getattr(self, name), 1)
+        if not isinstance(self.allow_outside_links, bool):
+            raise ConfigError(f"allow_outside_links must be true or false, got {self.allow_outside_links!r}")
+        for name in ("timeout_s", "loader_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                raise ConfigError(f"{name} must be a number of seconds >= 0 (0: no limit), got {value!r}")
+
+    def effective_timeout_s(self) -> float | None:
+        """The configuration's time limit in seconds (``None``: no limit): as given, else generous for the
+        steps asked (:data:`SETUP_ALLOWANCE_S` plus :data:`STEP_ALLOWANCE_S` per step)."""
+        if self.timeout_s is not None:
+            return float(self.timeout_s) or None
+        return SETUP_ALLOWANCE_S + STEP_ALLOWANCE_S * (self.warmup_steps + self.steps)
+
+    def effective_loader_timeout_s(self) -> float | None:
+        """Longest wait for one batch from the loader workers (``None``: no limit)."""
+        value = DEFAULT_LOADER_TIMEOUT_S if self.loader_timeout_s is None else self.loader_timeout_s
+        return float(value) or None
 
     def settings(self) -> dict[str, Any]:
         """The shared fields, by name."""
@@ -134,9 +169,10 @@ class RunConfig(RunSettings):
         return "-".join(_SAFE.sub("_", part) for part in parts)
 
     def digest(self) -> str:
-        """sha256 over the fields that differ from their defaults (canonical JSON, sorted keys)."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)
-                if f.default is dataclasses.MISSING or getattr(self, f.name) != f.default}
+        """sha256 over the identity fields that differ from their defaults (canonical JSON, sorted keys); run
+        controls (bounds, time limits) are left out."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("identity", True)
+                and (f.default is dataclasses.MISSING or getattr(self, f.name) != f.default)}
         return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     def to_dict(self) -> dict[str, Any]:
@@ -202,6 +238,11 @@ def _from_param_text(name: str, text: str, annotation: str) -> Any:
         if text.lower() in ("true", "false"):
             return text.lower() == "true"
         raise ConfigError(f"param {name}={text!r} is not true or false")
+    if annotation.startswith("float"):
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f"param {name}={text!r} is not a number") from None
     if annotation.startswith("int"):
         try:
             return int(text)

@@ -6,7 +6,16 @@ import io
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
+
+
+def open_image(data: bytes) -> Image.Image:
+    """Pillow's lazy open of encoded bytes (header only); an unreadable format says so without Pillow's
+    description of an anonymous in-memory buffer."""
+    try:
+        return Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        raise UnidentifiedImageError("not an image in a format Pillow reads") from None
 
 
 def decode_to_rgb_tensor(data: bytes) -> torch.Tensor:
@@ -15,7 +24,7 @@ def decode_to_rgb_tensor(data: bytes) -> torch.Tensor:
     Grayscale, palette, CMYK and alpha images are converted to RGB, as real datasets contain them.
     Raises ``PIL.UnidentifiedImageError`` / ``OSError`` for data that is not a readable image.
     """
-    with Image.open(io.BytesIO(data)) as image:
+    with open_image(data) as image:
         image.load()  # decode now, so truncated files fail here and not later
         rgb = image.convert("RGB")
     array = np.asarray(rgb, dtype=np.uint8)

@@ -9,6 +9,8 @@ from suite.cli import main
 from suite.analysis.published import compare, load_reference, measured_table, ratios, reference_table
 from suite.errors import SuiteError
 
+pytestmark = pytest.mark.mechanics
+
 REFERENCE = Path(__file__).resolve().parents[1] / "reference" / "bridgetower_hf_blog_2023.json"
 
 

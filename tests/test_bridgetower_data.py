@@ -71,8 +71,10 @@ def test_imagefolder_errors_are_clear(tmp_path):
     with pytest.raises(DatasetError, match="lists no samples"):
         ImageFolderSource(empty)
     gone = _folder(tmp_path / "gone", [{"file_name": "0.jpg", "image_description": "x"}], images=False)
-    with pytest.raises(DatasetError, match=r"cannot read image .*0\.jpg"):
-        ImageFolderSource(gone).read_bytes(0)
+    with pytest.raises(DatasetError, match=r"metadata.jsonl:1: no such image file .*0\.jpg"):  # up front
+        ImageFolderSource(gone)
+    with pytest.raises(DatasetError, match=r"cannot read image .*0\.jpg"):  # at read time (--skip-bad-samples)
+        ImageFolderSource(gone, strict_files=False).read_bytes(0)
 
 
 def test_byte_level_tokenizer_is_deterministic_and_roberta_shaped():
@@ -154,7 +156,7 @@ def _mixed_folder(tmp_path):
 
 
 def test_every_image_mode_becomes_rgb_and_bad_files_are_named(tmp_path):
-    source = ImageFolderSource(_mixed_folder(tmp_path))
+    source = ImageFolderSource(_mixed_folder(tmp_path), strict_files=False)  # missing.jpg left to the read
     ids = torch.zeros(len(source), 4, dtype=torch.long)
     items = CaptionedImages(source, ids, ids, "cpu", 32)
     for index in range(6):

@@ -7,6 +7,8 @@ import pytest
 
 from suite.cli import build_parser, main
 
+pytestmark = pytest.mark.mechanics
+
 
 @pytest.mark.parametrize("argv,message", [
     (["run", "--workload", "nope"], "unknown workload 'nope'; valid workloads: bridgetower"),

@@ -3,6 +3,8 @@ import pytest
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError
 
+pytestmark = pytest.mark.mechanics
+
 
 def _config(**overrides):
     base = dict(workload="bridgetower", preset="tiny", device="cpu", num_workers=0, loader="cpu", precision="fp32")

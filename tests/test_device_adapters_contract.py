@@ -19,6 +19,8 @@ from suite.errors import DeviceUnavailableError, SuiteError
 
 from conftest import runs_of
 
+pytestmark = pytest.mark.mechanics
+
 
 class Calls(list):
     def record(self, name, *args):

@@ -4,6 +4,8 @@ import pytest
 
 from suite.fileio import write_json_atomic
 
+pytestmark = pytest.mark.mechanics
+
 
 def test_a_failed_write_leaves_the_previous_file_whole_and_no_temporary(tmp_path):
     target = tmp_path / "results.json"

@@ -11,6 +11,8 @@ import pytest
 
 from suite.trackers.host_ram import HostRamSampler, sample_tree
 
+pytestmark = pytest.mark.mechanics
+
 MiB = 2**20
 ALLOC = 150 * MiB
 

@@ -6,6 +6,8 @@ import pytest
 
 from suite.records.mlperf_log import RULESET, MlperfLog, check_compliance
 
+pytestmark = pytest.mark.mechanics
+
 
 def _write_run(path, steps_logged=True, throughput=True, status="success"):
     log = MlperfLog(path)

@@ -19,7 +19,7 @@ from suite.cli import main
 
 from conftest import runs_of
 
-pytestmark = [pytest.mark.e2e, pytest.mark.faults]
+pytestmark = [pytest.mark.e2e, pytest.mark.mechanics]
 SHORT = ["--steps", "3", "--warmup-steps", "1", "--no-progress", "--system-metrics-interval", "0"]
 
 

@@ -22,6 +22,8 @@ from suite.errors import ResultsFolderError
 from suite.records.results import FAILED, FINISHED, KILLED, RunResult
 from suite.records.store import MatrixInfo, ResultsStore
 
+pytestmark = pytest.mark.mechanics
+
 BASE = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=0, loader="cpu", precision="fp32",
                  batch_size=8)
 

@@ -13,6 +13,8 @@ from workloads.bridgetower.data.host_memory import empty_on_huge_pages
 from workloads.bridgetower.data.pipelines import CLIP_AFFINE, dct_reduction, decode_rgb_hwc
 from workloads.bridgetower.preprocessing import center_crop_offsets, resized_hw
 
+pytestmark = pytest.mark.mechanics
+
 # (height, width) -> size: downscaling both ways, portrait and landscape, one axis already at size (an
 # identity pass), upscaling, tiny and odd shapes, extreme aspect ratios, row counts not a multiple of 4
 SHAPES = [((578, 638), 294), ((720, 480), 294), ((294, 640), 294), ((400, 294), 294), ((150, 170), 294),

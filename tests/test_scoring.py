@@ -3,6 +3,8 @@ import pytest
 from suite.records.results import RunResult
 from suite.analysis.scoring import score_repeats
 
+pytestmark = pytest.mark.mechanics
+
 CONFIG = dict(workload="w", preset="p", device="cpu", num_workers=0, loader="cpu", precision="fp32", steps=5,
               warmup_steps=1, seed=1, batch_size=8, dataset=None, weights=None)
 

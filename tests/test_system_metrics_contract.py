@@ -4,6 +4,10 @@ import types
 
 from suite.recorders.system_metrics import HPUMonitor, hpu_monitor
 
+import pytest
+
+pytestmark = pytest.mark.mechanics
+
 
 def stand_in_pyhlml(calls):
     def record(name, value):

@@ -17,7 +17,7 @@ from suite.cli import main
 
 from conftest import runs_of
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.mechanics]
 MLFLOW = shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow"
 
 

@@ -17,6 +17,8 @@ from suite.analysis.tune import analyse, sweep_configs
 
 from conftest import runs_of
 
+pytestmark = pytest.mark.mechanics
+
 
 def _result(workers, prefetch, throughput, pss=1e8, status=FINISHED):
     return RunResult(config={"num_workers": workers, "prefetch_factor": prefetch}, status=status,

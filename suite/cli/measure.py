@@ -27,7 +27,8 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("--config", type=Path, default=None, metavar="FILE",
                      help="JSON or TOML file with matrix fields (workload, preset, devices, workers, loaders, "
                           "precisions, engines, steps, warmup_steps, seed, batch_size, dataset, weights, "
-                          "skip_bad_samples, nproc_per_node, prefetch_factor) and "
+                          "skip_bad_samples, nproc_per_node, prefetch_factor, max_image_pixels, max_image_bytes, "
+                          "allow_outside_links, timeout_s, loader_timeout_s) and "
                           f"{', '.join(FILE_RUN_OPTIONS)}; options given on the command line win")
     options.add_configuration_options(run, matrix=True)
     run.add_argument("--nproc-per-node", type=options.int_at_least(1), default=1,
@@ -132,7 +133,9 @@ def spec_from_args(args: argparse.Namespace) -> MatrixSpec:
         steps=args.steps, warmup_steps=args.warmup_steps, seed=args.seed, batch_size=args.batch_size,
         dataset=args.dataset, weights=getattr(args, "weights", None),
         skip_bad_samples=getattr(args, "skip_bad_samples", False),
-        nproc_per_node=getattr(args, "nproc_per_node", 1), prefetch_factor=getattr(args, "prefetch_factor", None)))
+        nproc_per_node=getattr(args, "nproc_per_node", 1), prefetch_factor=getattr(args, "prefetch_factor", None),
+        max_image_pixels=args.max_image_pixels, max_image_bytes=args.max_image_bytes,
+        allow_outside_links=args.allow_outside_links, timeout_s=args.timeout_s, loader_timeout_s=args.loader_timeout_s))
 
 
 @dataclasses.dataclass
@@ -159,7 +162,9 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
         resolved = [dataclasses.replace(c, batch_size=resolved[0].batch_size) for c in configs]
     tracking_uri = args.tracking_uri or default_tracking_uri()
     check_reachable(tracking_uri)
-    prepared = workload_cls.prepare(resolved[0])
+    prepared = dict(workload_cls.prepare(resolved[0]))
+    for warning in prepared.pop("warnings", []):
+        print(f"suite: warning: {warning}", file=sys.stderr)
 
     when = stamp()
     output = args.output or Path("suite-results") / (when if kind == "matrix" else f"{kind}-{when}")
@@ -293,7 +298,8 @@ def cmd_bench_overhead(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     args.workers = (args.workers,)
     workload_cls, (config,) = resolve(spec_from_args(args))
-    workload_cls.prepare(config)
+    for warning in workload_cls.prepare(config).get("warnings", []):
+        print(f"suite: warning: {warning}", file=sys.stderr)
     figures = run_overhead(config, args.blocks, progress=(lambda message: None) if args.json
                            else (lambda message: print(f"  {message}", file=sys.stderr)))
     _write_figures(args.output, "bench-overhead.json", figures)

@@ -114,6 +114,20 @@ def add_configuration_options(parser: argparse.ArgumentParser, matrix: bool, ste
     parser.add_argument("--dataset", default=None,
                         help="'synthetic' (default, generated locally), 'newyorker' (the published dataset from the "
                              "hub, pinned revision) or an imagefolder path (images + metadata.jsonl)")
+    bounds = parser.add_argument_group("bounds and time limits (recorded; not part of a configuration's identity)")
+    bounds.add_argument("--max-image-pixels", type=int_at_least(1), default=None, metavar="N",
+                        help="refuse an image whose header declares more pixels, before decoding it, with every "
+                             "loader (default: Pillow's decompression-bomb limit, 89,478,485)")
+    bounds.add_argument("--max-image-bytes", type=int_at_least(1), default=None, metavar="N",
+                        help="refuse an image file larger than this (default: 64 MiB)")
+    bounds.add_argument("--allow-outside-links", action="store_true",
+                        help="follow symbolic links in the dataset folder that lead outside it (refused by default)")
+    bounds.add_argument("--timeout", dest="timeout_s", type=non_negative_float, default=None, metavar="SECONDS",
+                        help="kill a configuration (and its loader workers) that runs longer and record it FAILED "
+                             "'timed out'; the matrix goes on (default: 900 s + 60 s per step; 0: no limit)")
+    bounds.add_argument("--loader-timeout", dest="loader_timeout_s", type=non_negative_float, default=None,
+                        metavar="SECONDS", help="fail a configuration whose loader workers deliver no batch for this "
+                                                "long, naming the sample they were reading (default: 300; 0: none)")
     if matrix:
         parser.add_argument("--workers", type=parse_list(non_negative_int, "worker counts"), default=(0, 1, 2),
                             help="dataloader_num_workers values, comma-separated (default: 0,1,2)")

@@ -84,7 +84,13 @@ class CPUAdapter(DeviceAdapter):
     def decode_images(self, encoded: Sequence[bytes]) -> list[Any]:
         from suite.imaging import decode_to_rgb_tensor
 
-        images = [decode_to_rgb_tensor(data) for data in encoded]
+        images = []
+        for index, data in enumerate(encoded):
+            try:
+                images.append(decode_to_rgb_tensor(data))
+            except Exception as exc:
+                exc.image_index = index  # type: ignore[attr-defined] # which image: the workload names its file
+                raise
         self.decoded_by = "pillow"
         return images
 

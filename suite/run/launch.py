@@ -16,6 +16,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -105,6 +106,21 @@ class _LogSink:
             self.error = f"cannot write {self.handle.name}: {exc.strerror or exc}"
 
 
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    """Signal the configuration's process group (it and its loader workers, torchrun's ranks)."""
+    try:
+        os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_group(proc: subprocess.Popen, timed_out: threading.Event) -> None:
+    """The time limit passed: kill the whole configuration."""
+    if proc.poll() is None:
+        timed_out.set()
+        _signal_group(proc, signal.SIGKILL)
+
+
 def _read_result(files: RunFiles) -> RunResult | None:
     from suite.records.store import validate_result
 
@@ -136,8 +152,10 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
     its complete result (host RAM included); the run's files are in ``store``'s ``runs/<run_name>/``.
 
     ``memory_limit_bytes`` caps the address space of the child and its loader workers (``RLIMIT_AS``); going
-    over it fails that configuration only. Raises :class:`RecordingError` when the run folder cannot be
-    written (nothing ran then); an interrupt stops the child and propagates.
+    over it fails that configuration only. A configuration that runs longer than its time limit
+    (:meth:`RunConfig.effective_timeout_s`) is killed with its loader workers (its own process group) and
+    recorded FAILED "timed out". Raises :class:`RecordingError` when the run folder cannot be written (nothing
+    ran then); an interrupt stops the child and its workers and propagates.
     """
     progress = progress or NoProgress()
     files = store.run_files(run_name or config.config_id)
@@ -160,7 +178,15 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
     sink = _LogSink(log)
     try:
         limit = _address_space_limit(memory_limit_bytes) if memory_limit_bytes else None
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, preexec_fn=limit)
+        # its own process group: a time limit or an interrupt stops it together with its loader workers
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, preexec_fn=limit,
+                                start_new_session=True)
+        timeout_s = config.effective_timeout_s()
+        timed_out = threading.Event()
+        timer = threading.Timer(timeout_s, _kill_group, (proc, timed_out)) if timeout_s else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
         try:
             files.write(files.run_info, {**run_info, "pid": proc.pid})
         except RecordingError as exc:
@@ -178,17 +204,19 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
                     progress.event(config, event)
             returncode = proc.wait()
         except BaseException as exc:  # interrupted: stop the child and its workers, then propagate
-            proc.terminate()
+            _signal_group(proc, signal.SIGTERM)
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                _signal_group(proc, signal.SIGKILL)
                 proc.wait()
             sampler.stop()
             if isinstance(exc, KeyboardInterrupt):  # a result already sent is a finished run: never lost
                 raise Interrupted(_validated(received, files)) from exc
             raise
         finally:
+            if timer is not None:
+                timer.cancel()
             ram = sampler.stop()
     finally:
         try:
@@ -196,6 +224,10 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
         except OSError:  # its last buffered line could not be written: dropped
             pass
     result = _validated(received, files) or _read_result(files)
+    if result is None and timed_out.is_set():
+        result = RunResult(config=config.to_dict(), status=FAILED, started_at=started, ended_at=time.time(),
+                           reason=f"timed out after {timeout_s:g} s (--timeout); the configuration and its loader "
+                                  "workers were killed")
     if result is None:
         tail = _log_tail(files.log)
         last = tail.splitlines()[-1] if tail else ""
@@ -205,6 +237,7 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
     result.repeat, result.run_uid = repeat, run_uid
     if sink.error:
         result.facts.setdefault("recording_errors", []).append(sink.error)
+    result.facts["timeout_s"] = timeout_s
     if memory_limit_bytes:
         result.facts["memory_limit_bytes"] = memory_limit_bytes
         if result.status == FAILED and (returncode < 0 or _LOOKS_LIKE_OOM.search(result.reason or "")):

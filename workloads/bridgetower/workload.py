@@ -15,15 +15,48 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping
 import torch
 
 from suite.config import RunConfig
-from suite.errors import SuiteError
+from suite.errors import DatasetError, SuiteError
 from suite.workload import Workload
 
+from workloads.bridgetower.data.bounds import ImageBounds
 from workloads.bridgetower.data.catalog import open_source
 from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE, CaptionedImages, endless, make_loader
 from workloads.bridgetower.data.sources import ImageCaptionSource
 from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD, preprocess_image
 from workloads.bridgetower.presets import PRESETS, BridgeTowerPreset
 from workloads.bridgetower.tokenizer import build_byte_level_tokenizer, load_pretrained_tokenizer, tokenizer_fingerprint
+
+
+def decode_on_device(device: Any, encoded: list[bytes], names: list[str] | None, image_size: int,
+                     loader: str) -> torch.Tensor:
+    """A batch of encoded images decoded and preprocessed by the device (its one-pipeline preprocess: DALI, the
+    Gaudi media pipe; else its decoder and the reference preprocessing on the device). A failure is a
+    :class:`DatasetError` naming the image (decoded one by one on the CPU device) or the batch's images."""
+    try:
+        done = device.device_preprocess(encoded, image_size, CLIP_MEAN, CLIP_STD, loader=loader)
+        if done is not None:
+            return done
+        if loader == "dali":
+            raise SuiteError(f"device {device.name!r} returned no DALI output")
+        images = device.decode_images(encoded)
+        return torch.stack([preprocess_image(image, image_size) for image in images])
+    except SuiteError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a decoder's error, re-raised naming what it was decoding
+        culprit = getattr(exc, "image_index", None)
+        names = list(names or [])
+        if isinstance(culprit, int) and culprit < len(names):
+            what = f"image {names[culprit]}"
+        else:
+            what = "the batch of " + (", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+                                      if names else f"{len(encoded)} images")
+        raise DatasetError(f"cannot decode {what} on the device: {type(exc).__name__}: "
+                           f"{' '.join(str(exc).split())[:300]}") from exc
+
+
+def image_bounds(config: RunConfig) -> ImageBounds:
+    """The image bounds a configuration asks for (--max-image-pixels, --max-image-bytes; defaults otherwise)."""
+    return ImageBounds.of(config.max_image_pixels, config.max_image_bytes)
 
 
 def build_model(preset: BridgeTowerPreset, weights: str | None) -> Any:
@@ -54,16 +87,23 @@ class BridgeTowerWorkload(Workload):
     presets: ClassVar[Mapping[str, BridgeTowerPreset]] = PRESETS
     default_preset: ClassVar[str] = "tiny"
 
+    @staticmethod
+    def _open(config: RunConfig) -> ImageCaptionSource:
+        return open_source(config.dataset, config.skip_bad_samples, bounds=image_bounds(config),
+                           allow_outside_links=config.allow_outside_links)
+
     @classmethod
     def prepare(cls, config: RunConfig) -> dict[str, Any]:
-        """Open the dataset once in the parent (generating the synthetic set if needed)."""
-        source = open_source(config.dataset, config.skip_bad_samples)
+        """Open and check the dataset once in the parent, before any configuration (generating the synthetic set
+        if needed): every metadata line, every file's place and kind; with --skip-bad-samples, every image."""
+        source = cls._open(config)
         if len(source) < config.batch_size:
             raise SuiteError(
                 f"the dataset has {len(source)} usable samples, fewer than one batch of {config.batch_size}")
         if config.weights and not Path(config.weights).exists() and config.weights.startswith((".", "/", "~")):
             raise SuiteError(f"weights path does not exist: {config.weights}")
-        return {"dataset": source.describe()}
+        described = source.describe()
+        return {"dataset": described, "warnings": described.get("warnings", [])}
 
     @classmethod
     def loader_benchmark(cls, options: Mapping[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
@@ -82,7 +122,7 @@ class BridgeTowerWorkload(Workload):
 
     def setup(self) -> None:
         preset, config = self.preset, self.config
-        source: ImageCaptionSource = open_source(config.dataset, config.skip_bad_samples)
+        source: ImageCaptionSource = self._open(config)
         self._skipped = source.describe().get("skipped_samples", 0)
         local_tokenizer = preset.tokenizer == "local-byte-level"
         tokenizer_source = preset.tokenizer if local_tokenizer else (config.weights or preset.tokenizer)
@@ -117,12 +157,14 @@ class BridgeTowerWorkload(Workload):
             self.optimizer, lambda step: max(0.0, (total_steps - step) / total_steps)  # linear, no warm-up
         )
         self.image_size = int(model.config.vision_config.image_size)  # `model`: unwrapped by DDP
+        bounds = image_bounds(config)
         dataset = CaptionedImages(source, encoded["input_ids"], encoded["attention_mask"], config.loader,
-                                  self.image_size, self.device.torch_device.type)
+                                  self.image_size, self.device.torch_device.type, bounds)
         self.train_dataset = dataset
         self._loader = make_loader(dataset, config.batch_size, config.num_workers, config.seed,
                                    pin_memory=self.device.torch_device.type == "cuda",
-                                   prefetch_factor=config.prefetch_factor)
+                                   prefetch_factor=config.prefetch_factor,
+                                   loader_timeout_s=config.effective_loader_timeout_s())
         self._facts.update(
             dataset=source.describe(),
             dataset_fingerprint=source.fingerprint(),
@@ -136,6 +178,8 @@ class BridgeTowerWorkload(Workload):
             image_pipeline_description=(dataset.pipeline.description if dataset.pipeline else
                                         "encoded bytes from the workers, decoded and preprocessed on the device"
                                         + (" by NVIDIA DALI" if config.loader == "dali" else "")),
+            image_bounds=bounds.describe(),
+            loader_timeout_s=config.effective_loader_timeout_s() if config.num_workers > 0 else None,
             image_mean=list(CLIP_MEAN),
             image_std=list(CLIP_STD),
             optimizer=optimizer_description,
@@ -154,13 +198,8 @@ class BridgeTowerWorkload(Workload):
         if "images" in batch:  # a worker-side pipeline ran; its device stage finishes the batch
             self.note_worker_pipeline_ran()
             return self.train_dataset.pipeline.device_stage(batch["images"], self.device.torch_device)
-        done = self.device.device_preprocess(batch["encoded_images"], self.image_size, CLIP_MEAN, CLIP_STD,
-                                             loader=self.config.loader)
-        if done is None:
-            if self.config.loader == "dali":
-                raise SuiteError(f"device {self.config.device!r} returned no DALI output")
-            images = self.device.decode_images(batch["encoded_images"])
-            done = torch.stack([preprocess_image(image, self.image_size) for image in images])
+        done = decode_on_device(self.device, batch["encoded_images"], batch.get("image_names"), self.image_size,
+                                self.config.loader)
         decoder = self.device.decoded_by
         self._observed_loader = "dali" if decoder == "dali" else "device" if decoder else None
         return done

@@ -43,3 +43,37 @@ class MemoryHogWorkload(Workload):
 
     def count_samples(self, batch):
         return 1
+
+
+class _Endless(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1_000_000
+
+    def __getitem__(self, index):
+        return torch.zeros(1)
+
+
+class HangingWorkload(Workload):
+    """A workload whose training step never returns, fed by real DataLoader workers: exercises the
+    per-configuration time limit (the process and its loader workers must all be killed)."""
+
+    name = "hanging"
+    presets = {"default": Preset("default", batch_size=1, description="a training step that never returns")}
+    default_preset = "default"
+
+    def setup(self):
+        self.loader = torch.utils.data.DataLoader(_Endless(), batch_size=1, num_workers=self.config.num_workers,
+                                                  persistent_workers=self.config.num_workers > 0)
+
+    def batches(self):
+        while True:
+            yield from self.loader
+
+    def train_step(self, batch):
+        import time
+
+        while True:
+            time.sleep(1)
+
+    def count_samples(self, batch):
+        return 1

@@ -14,29 +14,34 @@ from pathlib import Path
 
 from suite.errors import DatasetError
 
+from workloads.bridgetower.data.bounds import ImageBounds
 from workloads.bridgetower.data.sources import HubSource, ImageCaptionSource, ImageFolderSource
 from workloads.bridgetower.data.synthetic import DEFAULT_SAMPLES, DEFAULT_SEED, ensure_synthetic
 from workloads.bridgetower.data.validation import UsableSamples, scan
 
 
-def open_source(spec: str | None, skip_bad_samples: bool = False,
-                synthetic_samples: int = DEFAULT_SAMPLES) -> ImageCaptionSource:
-    """The source named by ``--dataset`` (see the module docstring); with ``skip_bad_samples``, without
-    the samples that fail to decode (see :mod:`.validation`)."""
-    source = _open(spec, synthetic_samples)
+def open_source(spec: str | None, skip_bad_samples: bool = False, synthetic_samples: int = DEFAULT_SAMPLES,
+                bounds: ImageBounds | None = None, allow_outside_links: bool = False) -> ImageCaptionSource:
+    """The source named by ``--dataset`` (see the module docstring), reading within ``bounds`` (default: the
+    default bounds); with ``skip_bad_samples``, without the samples that cannot be used (see :mod:`.validation`)."""
+    bounds = bounds or ImageBounds.of(None, None)
+    source = _open(spec, synthetic_samples, bounds, allow_outside_links, strict_files=not skip_bad_samples)
     if not skip_bad_samples:
         return source
-    return UsableSamples(source, scan(source))
+    return UsableSamples(source, scan(source, bounds))
 
 
-def _open(spec: str | None, synthetic_samples: int) -> ImageCaptionSource:
+def _open(spec: str | None, synthetic_samples: int, bounds: ImageBounds, allow_outside_links: bool,
+          strict_files: bool) -> ImageCaptionSource:
     if spec in (None, "synthetic"):
-        return ImageFolderSource(ensure_synthetic(synthetic_samples, DEFAULT_SEED), kind="synthetic")
+        return ImageFolderSource(ensure_synthetic(synthetic_samples, DEFAULT_SEED), kind="synthetic",
+                                 max_bytes=bounds.max_bytes)
     if spec == "newyorker":
-        return HubSource()
+        return HubSource(max_bytes=bounds.max_bytes)
     path = Path(spec).expanduser()
     if not path.exists():
         raise DatasetError(
             f"dataset path does not exist: {path} (use 'synthetic', 'newyorker' or an imagefolder path)"
         )
-    return ImageFolderSource(path)
+    return ImageFolderSource(path, allow_outside_links=allow_outside_links, max_bytes=bounds.max_bytes,
+                             strict_files=strict_files)

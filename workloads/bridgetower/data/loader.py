@@ -9,10 +9,15 @@
 
 Order is deterministic: a seeded sampler generator and per-worker seeding, so the loss trajectory is
 the same for every ``num_workers``.
+
+Every image read passes the dataset's bounds (:mod:`.bounds`) before any decoder sees it, whatever the loader.
+A loader worker that delivers no batch for ``loader_timeout_s`` fails the run, naming the sample each worker
+was reading (workers note it in a shared array as they go).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 from typing import Any, Iterator
 
@@ -22,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSamp
 
 from suite.errors import DatasetError
 
+from workloads.bridgetower.data.bounds import ImageBounds
 from workloads.bridgetower.data.pipelines import ClosedPipeline, ImagePipeline, ReferencePipeline
 from workloads.bridgetower.data.sources import ImageCaptionSource
 
@@ -31,24 +37,49 @@ LOADER_PIPELINES: dict[str, type[ImagePipeline]] = {"cpu": ReferencePipeline, "c
 LOADER_OF_PIPELINE: dict[str, str] = {"reference": "cpu", "closed": "cpu-fast"}
 
 
+_NOTHING = -1  # a worker that is not reading a sample
+
+
 class CaptionedImages(Dataset):
     def __init__(self, source: ImageCaptionSource, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 loader: str, image_size: int, device_type: str = "cpu") -> None:
+                 loader: str, image_size: int, device_type: str = "cpu", bounds: ImageBounds | None = None
+                 ) -> None:
         if len(source) != len(input_ids):
             raise ValueError("one tokenized caption per sample is required")
         self.source, self.input_ids, self.attention_mask = source, input_ids, attention_mask
         self.loader, self.image_size = loader, image_size
+        self.bounds = bounds or ImageBounds.of(None, None)
+        self.bounds.apply_to_pillow()  # forked loader workers inherit it
         self.pipeline: ImagePipeline | None = (LOADER_PIPELINES[loader](image_size, device_type)
                                                if loader in LOADER_PIPELINES else None)
+        # the sample each loader worker is reading (shared memory, written by the workers), for the watchdog;
+        # sized for the workers by make_loader
+        self.reading = multiprocessing.RawArray("q", [_NOTHING])
 
     def __len__(self) -> int:
         return len(self.source)
 
+    def stuck_samples(self) -> list[str]:
+        """The samples loader workers are reading right now (names), for a timeout's reason."""
+        return [f"worker {worker} was reading {self.source.name_of(index)}" for worker, index in enumerate(self.reading)
+                if index != _NOTHING]
+
     def __getitem__(self, index: int) -> dict[str, Any]:
+        info = torch.utils.data.get_worker_info()
+        slot = info.id if info is not None else 0
+        self.reading[slot] = index
+        try:
+            return self._item(index)
+        finally:
+            self.reading[slot] = _NOTHING
+
+    def _item(self, index: int) -> dict[str, Any]:
         data = self.source.read_bytes(index)
+        self.bounds.check(data, self.source.name_of(index))
         item: dict[str, Any] = {"input_ids": self.input_ids[index], "attention_mask": self.attention_mask[index]}
         if self.pipeline is None:
             item["encoded_images"] = data
+            item["image_names"] = self.source.name_of(index)  # so a decode failure on the device names the file
             return item
         try:
             item["images"] = self.pipeline.worker_stage(data)
@@ -77,10 +108,14 @@ def seed_worker(worker_id: int) -> None:
 
 
 def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, seed: int,
-                pin_memory: bool = False, prefetch_factor: int | None = None) -> DataLoader:
-    """A seeded loader; under torch.distributed, each rank reads its own shard (DistributedSampler)."""
+                pin_memory: bool = False, prefetch_factor: int | None = None,
+                loader_timeout_s: float | None = None) -> DataLoader:
+    """A seeded loader; under torch.distributed, each rank reads its own shard (DistributedSampler). With
+    workers, ``loader_timeout_s`` bounds the wait for one batch (torch's own ``timeout``)."""
     import torch.distributed as dist
 
+    if len(dataset.reading) < max(num_workers, 1):
+        dataset.reading = multiprocessing.RawArray("q", [_NOTHING] * num_workers)
     distributed = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size() if distributed else 1
     if len(dataset) < batch_size * world:
@@ -103,14 +138,24 @@ def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, see
         persistent_workers=num_workers > 0,
         pin_memory=pin_memory,
         prefetch_factor=prefetch_factor if num_workers > 0 else None,
+        timeout=loader_timeout_s if num_workers > 0 and loader_timeout_s else 0,
     )
 
 
 def endless(loader: DataLoader) -> Iterator[dict[str, Any]]:
-    """Batches forever; each pass is a new epoch with the next shuffled order."""
+    """Batches forever; each pass is a new epoch with the next shuffled order. A loader timeout becomes a
+    :class:`DatasetError` naming the samples the workers were stuck on."""
     epoch = 0
     while True:
         if isinstance(loader.sampler, DistributedSampler):
             loader.sampler.set_epoch(epoch)
-        yield from loader
+        try:
+            yield from loader
+        except RuntimeError as exc:
+            if "DataLoader timed out" not in str(exc):
+                raise
+            dataset = loader.dataset
+            stuck = dataset.stuck_samples() if isinstance(dataset, CaptionedImages) else []
+            raise DatasetError(f"no batch from the loader workers for {loader.timeout:g} s (--loader-timeout)"
+                               + (f": {'; '.join(stuck)}" if stuck else "")) from None
         epoch += 1

@@ -29,7 +29,6 @@ and what the device finishes decides the throughput when image loading is the bo
 from __future__ import annotations
 
 import functools
-import io
 import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -37,7 +36,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from suite.imaging import decode_to_rgb_tensor
+from suite.imaging import decode_to_rgb_tensor, open_image
 
 from workloads.bridgetower.data import resample
 from workloads.bridgetower.data.host_memory import keep_freed_memory_for_reuse
@@ -103,9 +102,7 @@ def decode_rgb_hwc(data: bytes, min_short_side: int | None = None) -> np.ndarray
                                       min_width=-(-width // factor))
         except ValueError:
             pass  # Pillow decodes it below, raising a clear error if it really is broken
-    from PIL import Image
-
-    with Image.open(io.BytesIO(data)) as image:
+    with open_image(data) as image:
         if min_short_side is not None and image.format == "JPEG":
             width, height = image.size
             factor = dct_reduction(height, width, min_short_side)

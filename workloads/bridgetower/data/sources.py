@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from suite.errors import DatasetError
 
+from workloads.bridgetower.data.bounds import DEFAULT_MAX_IMAGE_BYTES
 from workloads.bridgetower.data.synthetic import CAPTION_COLUMN
 
 NEWYORKER_ID = "jmhessel/newyorker_caption_contest"
@@ -64,41 +67,147 @@ class _Entry:
     caption: str
 
 
-class ImageFolderSource(ImageCaptionSource):
-    """A Hugging Face ``imagefolder`` layout on disk."""
+_JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
-    def __init__(self, root: str | Path, caption_column: str = CAPTION_COLUMN, kind: str = "imagefolder") -> None:
+
+def _kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def read_regular_file(path: Path, max_bytes: int, inside: Path | None = None) -> bytes:
+    """The bytes of ``path``, read without ever blocking or reading without bound: opened non-blocking (a FIFO
+    cannot hang), refused unless it is a regular file of at most ``max_bytes`` (read no further than that
+    even if it grows), and, with ``inside``, unless it still resolves inside that folder."""
+    if inside is not None and not Path(os.path.realpath(path)).is_relative_to(inside):
+        raise DatasetError(f"image {path} now leads outside the dataset folder {inside}")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise DatasetError(f"cannot read image {path}: {exc.strerror or exc}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise DatasetError(f"image {path} is a {_kind_of(info.st_mode)}, not a regular file")
+        if info.st_size > max_bytes:
+            raise DatasetError(f"image {path} is {info.st_size:,} bytes, over the limit of {max_bytes:,} "
+                               "(--max-image-bytes)")
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_bytes:
+            raise DatasetError(f"image {path} grew beyond the limit of {max_bytes:,} bytes while it was read")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise DatasetError(f"cannot read image {path}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
+
+
+class ImageFolderSource(ImageCaptionSource):
+    """A Hugging Face ``imagefolder`` layout on disk, checked up front line by line.
+
+    Each line of ``metadata.jsonl`` must be UTF-8, a JSON object, with ``file_name`` a non-empty relative path
+    inside the dataset folder (no absolute path, no ``..``, no symbolic link leading out unless
+    ``allow_outside_links``) naming a regular file, and a caption that is a string. Every violation is a
+    :class:`DatasetError` naming the file and line, before any configuration runs. With ``strict_files=False``
+    (``--skip-bad-samples``) a missing image is left to the scan, which skips it; a duplicate file name is a
+    warning (:attr:`warnings`).
+    """
+
+    def __init__(self, root: str | Path, caption_column: str = CAPTION_COLUMN, kind: str = "imagefolder",
+                 allow_outside_links: bool = False, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+                 strict_files: bool = True) -> None:
         self.root = Path(root).expanduser().resolve()
         self.kind = kind
         self.caption_column = caption_column
+        self.allow_outside_links = allow_outside_links
+        self.max_bytes = max_bytes
+        self.warnings: list[str] = []
         if not self.root.exists():
             raise DatasetError(f"dataset path does not exist: {self.root}")
+        if not self.root.is_dir():
+            raise DatasetError(f"dataset path is not a folder: {self.root}")
         candidates = [self.root / "metadata.jsonl", self.root / "train" / "metadata.jsonl"]
         metadata = next((p for p in candidates if p.is_file()), None)
         if metadata is None:
             raise DatasetError(f"no metadata.jsonl in {self.root} or {self.root / 'train'} (imagefolder layout)")
         self.metadata_path = metadata
-        self._entries = self._read(metadata)
+        self._entries = self._read(metadata, strict_files)
 
-    def _read(self, metadata: Path) -> list[_Entry]:
-        entries = []
-        with open(metadata) as fh:
-            for number, line in enumerate(fh, start=1):
+    def _entry_path(self, where: str, file_name: Any) -> Path:
+        if not isinstance(file_name, str) or not file_name.strip() or "\0" in file_name:
+            raise DatasetError(f"{where}: file_name must be a non-empty string, got {file_name!r}")
+        relative = PurePosixPath(file_name)
+        if relative.is_absolute() or PureWindowsPath(file_name).is_absolute():
+            raise DatasetError(f"{where}: file_name {file_name!r} is an absolute path; it must be relative to the "
+                               f"dataset folder {self.root}")
+        if ".." in relative.parts:
+            raise DatasetError(f"{where}: file_name {file_name!r} leaves the dataset folder ('..')")
+        path = self.metadata_path.parent / relative
+        target = Path(os.path.realpath(path))
+        if not target.is_relative_to(self.root) and not self.allow_outside_links:
+            raise DatasetError(f"{where}: file_name {file_name!r} is a symbolic link leading outside the dataset "
+                               f"folder (to {target}); pass --allow-outside-links to follow it")
+        return path
+
+    def _read(self, metadata: Path, strict_files: bool) -> list[_Entry]:
+        entries: list[_Entry] = []
+        first_line: dict[str, int] = {}
+        with open(metadata, "rb") as fh:
+            for number, raw in enumerate(fh, start=1):
+                where = f"{metadata}:{number}"
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise DatasetError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{metadata}:{number}: not valid JSON ({exc.msg})") from exc
+                    raise DatasetError(f"{where}: not valid JSON ({exc.msg})") from None
+                if not isinstance(row, dict):
+                    raise DatasetError(f"{where}: a JSON {_JSON_TYPES.get(type(row), type(row).__name__)}, not an "
+                                       f"object with file_name and {self.caption_column}")
                 for column in ("file_name", self.caption_column):
                     if column not in row:
                         raise DatasetError(
-                            f"{metadata}:{number}: no column {column!r}; columns present: {', '.join(sorted(row))}"
-                        )
-                entries.append(_Entry(metadata.parent / row["file_name"], str(row[self.caption_column])))
+                            f"{where}: no column {column!r}; columns present: {', '.join(sorted(map(str, row)))}")
+                path = self._entry_path(where, row["file_name"])
+                caption = row[self.caption_column]
+                if not isinstance(caption, str):
+                    raise DatasetError(f"{where}: {self.caption_column} must be a string, got {caption!r}")
+                self._check_file(where, path, strict_files)
+                name = row["file_name"]
+                if name in first_line:
+                    self.warnings.append(f"{where}: file_name {name!r} is listed again (first on line "
+                                         f"{first_line[name]}); both samples are used")
+                first_line.setdefault(name, number)
+                entries.append(_Entry(path, caption))
         if not entries:
             raise DatasetError(f"{metadata} lists no samples")
         return entries
+
+    @staticmethod
+    def _check_file(where: str, path: Path, strict_files: bool) -> None:
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            if strict_files:
+                raise DatasetError(f"{where}: no such image file {path}") from None
+            return  # --skip-bad-samples: the scan records it as unreadable
+        except OSError as exc:
+            raise DatasetError(f"{where}: cannot read image file {path}: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(mode):
+            raise DatasetError(f"{where}: {path} is a {_kind_of(mode)}, not a regular file")
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -107,18 +216,16 @@ class ImageFolderSource(ImageCaptionSource):
         return [entry.caption for entry in self._entries]
 
     def read_bytes(self, index: int) -> bytes:
-        path = self._entries[index].path
-        try:
-            return path.read_bytes()
-        except OSError as exc:
-            raise DatasetError(f"cannot read image {path}: {exc.strerror or exc}") from exc
+        return read_regular_file(self._entries[index].path, self.max_bytes,
+                                 None if self.allow_outside_links else self.root)
 
     def name_of(self, index: int) -> str:
         return str(self._entries[index].path)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": str(self.root), "metadata": str(self.metadata_path),
-                "caption_column": self.caption_column, "num_samples": len(self)}
+                "caption_column": self.caption_column, "num_samples": len(self),
+                "allow_outside_links": self.allow_outside_links, "warnings": list(self.warnings)}
 
     def fingerprint(self) -> dict[str, Any]:
         """sha256 over every sample's (file name, sha256 of the file, caption), in index order."""
@@ -139,12 +246,14 @@ class HubSource(ImageCaptionSource):
 
     def __init__(self, dataset_id: str = NEWYORKER_ID, config_name: str = NEWYORKER_CONFIG,
                  revision: str = NEWYORKER_REVISION, image_column: str = NEWYORKER_IMAGE_COLUMN,
-                 caption_column: str = CAPTION_COLUMN, split: str = "train") -> None:
+                 caption_column: str = CAPTION_COLUMN, split: str = "train",
+                 max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> None:
         try:
             import datasets
         except ImportError as exc:
             raise DatasetError("the hub dataset needs the 'datasets' package: pip install 'suite-bench[hub]'") from exc
         self.dataset_id, self.config_name, self.revision, self.split = dataset_id, config_name, revision, split
+        self.max_bytes = max_bytes
         self.image_column, self.caption_column = image_column, caption_column
         try:
             data = datasets.load_dataset(dataset_id, config_name, revision=revision, split=split)
@@ -161,17 +270,19 @@ class HubSource(ImageCaptionSource):
         return len(self._data)
 
     def captions(self) -> list[str]:
-        return [str(c) for c in self._data[self.caption_column]]
+        captions = list(self._data[self.caption_column])
+        for index, caption in enumerate(captions):
+            if not isinstance(caption, str):
+                raise DatasetError(f"{self.dataset_id} sample {index}: {self.caption_column} must be a string, got "
+                                   f"{caption!r}")
+        return captions
 
     def read_bytes(self, index: int) -> bytes:
         item = self._data[index][self.image_column]
         if item.get("bytes"):
-            return item["bytes"]
+            return item["bytes"]  # already in memory: the bounds check follows in the loader
         if item.get("path"):
-            try:
-                return Path(item["path"]).read_bytes()
-            except OSError as exc:
-                raise DatasetError(f"cannot read image {item['path']}: {exc.strerror or exc}") from exc
+            return read_regular_file(Path(item["path"]), self.max_bytes)
         raise DatasetError(f"{self.dataset_id} sample {index} has no image bytes or path")
 
     def name_of(self, index: int) -> str:

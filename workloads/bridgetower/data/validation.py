@@ -1,6 +1,6 @@
 """Finding unusable samples up front, for ``--skip-bad-samples``.
 
-Every image is decoded once; the indices that fail (corrupt, truncated, not an image, missing) are
+Every image is read within the bounds (:mod:`.bounds`) and decoded once; the indices that fail (corrupt, truncated, not an image, missing) are
 left out of the dataset for every configuration alike, and their names and reasons are recorded. The
 scan is cached by the dataset's fingerprint, so the runner's check before the matrix and each run's
 set-up do the work once.
@@ -18,6 +18,7 @@ from suite.errors import DatasetError
 from suite.fileio import write_json_atomic
 from suite.imaging import decode_to_rgb_tensor
 
+from workloads.bridgetower.data.bounds import ImageBounds
 from workloads.bridgetower.data.sources import ImageCaptionSource
 from workloads.bridgetower.data.synthetic import cache_root
 
@@ -28,19 +29,24 @@ class Scan:
     bad: tuple[tuple[str, str], ...]  # (sample name, reason)
 
 
-def _cache_key(source: ImageCaptionSource) -> str:
-    return hashlib.sha256(json.dumps(source.fingerprint(), sort_keys=True).encode()).hexdigest()
+def _cache_key(source: ImageCaptionSource, bounds: ImageBounds) -> str:
+    key = {"fingerprint": source.fingerprint(), "bounds": bounds.describe()}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
-def scan(source: ImageCaptionSource) -> Scan:
-    path = cache_root() / "bridgetower" / "scans" / f"{_cache_key(source)}.json"
+def scan(source: ImageCaptionSource, bounds: ImageBounds) -> Scan:
+    """Every sample read and checked against ``bounds``, then decoded; cached by fingerprint and bounds."""
+    path = cache_root() / "bridgetower" / "scans" / f"{_cache_key(source, bounds)}.json"
     if path.is_file():
         data = json.loads(path.read_text())
         return Scan(tuple(data["usable"]), tuple(tuple(b) for b in data["bad"]))
+    bounds.apply_to_pillow()
     usable, bad = [], []
     for index in range(len(source)):
         try:
-            decode_to_rgb_tensor(source.read_bytes(index))
+            data = source.read_bytes(index)
+            bounds.check(data, source.name_of(index))
+            decode_to_rgb_tensor(data)
         except Exception as exc:  # noqa: BLE001 - any unreadable sample is recorded with its reason
             reason = " ".join(str(exc).split())
             bad.append((source.name_of(index), reason))

@@ -1,0 +1,238 @@
+"""Hostile datasets, paths and files (issue 12): every one a one-line error before anything runs, or a FAILED run
+naming the file; every resource bounded (image pixels and bytes, time per configuration, time per batch).
+The fuzz test drives a few hundred generated cases through the real code of every loader."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from suite.cli import main
+from suite.errors import DatasetError
+from suite.trackers.host_ram import HostRamSampler
+from workloads.bridgetower.data.bounds import ImageBounds
+from workloads.bridgetower.data.loader import CaptionedImages, endless, make_loader
+from workloads.bridgetower.data.sources import ImageFolderSource, read_regular_file
+from workloads.bridgetower.data.synthetic import ensure_synthetic
+
+from conftest import runs_of
+
+pytestmark = pytest.mark.mechanics
+
+FUZZ = Path(__file__).parent / "fuzz_inputs.py"
+QUICK = ["--workers", "0", "--steps", "1", "--warmup-steps", "0", "--no-progress", "--system-metrics-interval", "0"]
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    """A 16-image synthetic imagefolder of the test's own, to spoil."""
+    folder = tmp_path / "data"
+    shutil.copytree(ensure_synthetic(samples=16, seed=5, root=tmp_path / "cache"), folder)
+    return folder
+
+
+def _prepend(folder, *lines):
+    metadata = folder / "metadata.jsonl"
+    metadata.write_bytes(b"".join(line + b"\n" for line in lines) + metadata.read_bytes())
+
+
+def _line(file_name, caption="a cartoon"):
+    return json.dumps({"file_name": file_name, "image_description": caption}).encode()
+
+
+def _mkfifo(folder):
+    os.mkfifo(folder / "pipe.jpg")
+    return _line("pipe.jpg")
+
+
+def _link_to_dev_zero(folder):
+    (folder / "zero.jpg").symlink_to("/dev/zero")
+    return _line("zero.jpg")
+
+
+@pytest.mark.parametrize("spoil,message", [
+    (lambda f: b'{"file_name": "00001.jpg", "image_description": "caf\xe9"}', "metadata.jsonl:1: not UTF-8 text"),
+    (lambda f: _line(5), "metadata.jsonl:1: file_name must be a non-empty string, got 5"),
+    (lambda f: b'["00001.jpg", "x"]', "metadata.jsonl:1: a JSON array, not an object with file_name"),
+    (lambda f: _line("00001.jpg", None), "metadata.jsonl:1: image_description must be a string, got None"),
+    (lambda f: _line("/etc/hostname"), "metadata.jsonl:1: file_name '/etc/hostname' is an absolute path"),
+    (lambda f: _line("../outside/secret.jpg"), "file_name '../outside/secret.jpg' leaves the dataset folder"),
+    (_mkfifo, "pipe.jpg is a FIFO, not a regular file"),
+    (_link_to_dev_zero, "file_name 'zero.jpg' is a symbolic link leading outside the dataset folder (to /dev/zero)"),
+    (lambda f: _line("missing.jpg"), "metadata.jsonl:1: no such image file"),
+], ids=["not-utf8", "int-file-name", "json-list", "null-caption", "absolute", "dotdot", "fifo", "dev-zero", "missing"])
+def test_hostile_metadata_and_files_are_one_line_before_anything_runs(tmp_path, dataset, capsys, spoil, message):
+    _prepend(dataset, spoil(dataset))
+    started = time.monotonic()
+    code = main(["run", "--dataset", str(dataset), *QUICK, "--output", str(tmp_path / "out"),
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "out").exists()  # refused before any configuration, nothing written
+    assert time.monotonic() - started < 30  # a FIFO never blocks the check
+
+
+def test_an_output_that_is_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "taken").write_text("x")
+    for output in (tmp_path / "taken", tmp_path / "taken" / "sub"):
+        assert main(["run", *QUICK, "--output", str(output), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--output {output}" in err[0] and "file" in err[0], err
+
+
+@pytest.mark.e2e
+def test_outside_links_need_their_option_and_duplicates_are_a_warning(tmp_path, dataset, capsys):
+    outside = tmp_path / "elsewhere.jpg"
+    shutil.copy(dataset / "00001.jpg", outside)
+    (dataset / "linked.jpg").symlink_to(outside)
+    _prepend(dataset, _line("linked.jpg"), _line("00002.jpg"))  # 00002.jpg is listed again further down
+    common = ["run", "--dataset", str(dataset), *QUICK, "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]
+    assert main([*common, "--output", str(tmp_path / "refused")]) == 2
+    assert "pass --allow-outside-links to follow it" in capsys.readouterr().err
+    assert main([*common, "--allow-outside-links", "--output", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "suite: warning:" in err and "file_name '00002.jpg' is listed again (first on line 2)" in err
+    [run] = runs_of(tmp_path / "out")
+    manifest = json.loads((tmp_path / "out" / run["facts"]["manifest"]).read_text())
+    assert manifest["config"]["allow_outside_links"] is True and manifest["dataset"]["allow_outside_links"] is True
+    assert run["facts"]["workload"]["image_bounds"] == {"max_image_pixels": 89_478_485, "max_image_bytes": 64 * 2**20}
+
+
+def _bomb_jpeg(side=65000):
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(buffer, "JPEG")
+    data = bytearray(buffer.getvalue())
+    at = data.index(b"\xff\xc0")
+    data[at + 5:at + 9] = side.to_bytes(2, "big") + side.to_bytes(2, "big")
+    return bytes(data)
+
+
+@pytest.mark.e2e
+def test_an_image_bomb_fails_every_loader_naming_the_file_with_bounded_memory(tmp_path, dataset):
+    """A 0.6 KB JPEG declaring 65000 x 65000: the cpu-fast loader used to allocate 12.6 GiB before failing."""
+    victim = dataset / "00003.jpg"
+    victim.write_bytes(_bomb_jpeg())
+    code = main(["run", "--dataset", str(dataset), "--loader", "cpu-fast,device", "--workers", "0", "--steps", "2",
+                 "--warmup-steps", "0", "--batch-size", "16", "--no-progress", "--system-metrics-interval", "0",
+                 "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    assert code == 1
+    for run in runs_of(tmp_path / "out"):
+        assert run["status"] == "FAILED"
+        assert run["reason"] == (f"image {victim} is 65000x65000 = 4,225,000,000 pixels, over the limit of "
+                                 "89,478,485 (--max-image-pixels)"), run["reason"]
+        assert run["metrics"]["host_ram_peak_rss_bytes"] < 1.5 * 2**30
+    assert main(["run", "--dataset", str(dataset), "--loader", "cpu-fast", *QUICK, "--skip-bad-samples",
+                 "--output", str(tmp_path / "skip"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 0
+    [run] = runs_of(tmp_path / "skip")  # the scan applies the same bound, and leaves the bomb out
+    assert run["metrics"]["skipped_samples"] == 1
+
+
+def test_byte_and_pixel_bounds_name_the_file_and_its_size(tmp_path):
+    image = tmp_path / "big.jpg"
+    image.write_bytes(_bomb_jpeg(3000))
+    with pytest.raises(DatasetError, match=r"big.jpg is 3000x3000 = 9,000,000 pixels, over the limit of 1,000,000"):
+        ImageBounds(max_pixels=1_000_000, max_bytes=10**6).check(image.read_bytes(), str(image))
+    with pytest.raises(DatasetError, match=r"big.jpg is \d+ bytes, over the limit of 100 \(--max-image-bytes\)"):
+        read_regular_file(image, 100)
+    ImageBounds(max_pixels=9_000_000, max_bytes=10**6).check(image.read_bytes(), str(image))  # at the limit: fine
+
+
+def test_a_file_swapped_for_a_fifo_after_the_check_cannot_hang_a_read(tmp_path):
+    os.mkfifo(tmp_path / "pipe.jpg")
+    started = time.monotonic()
+    with pytest.raises(DatasetError, match="pipe.jpg is a FIFO, not a regular file"):
+        read_regular_file(tmp_path / "pipe.jpg", 10**6)
+    assert time.monotonic() - started < 5
+
+
+class _StuckSource(ImageFolderSource):
+    """Reading sample 5 never finishes (a hung network mount, say)."""
+
+    def read_bytes(self, index):
+        if index == 5:
+            time.sleep(3600)
+        return super().read_bytes(index)
+
+
+def test_a_stuck_loader_worker_fails_the_run_naming_the_sample(dataset):
+    source = _StuckSource(dataset)
+    ids = torch.zeros((len(source), 4), dtype=torch.long)
+    items = CaptionedImages(source, ids, ids, "device", 32)
+    loader = make_loader(items, batch_size=16, num_workers=1, seed=0, loader_timeout_s=2)
+    started = time.monotonic()
+    with pytest.raises(DatasetError) as failure:
+        next(endless(loader))
+    assert time.monotonic() - started < 30
+    assert str(failure.value) == (f"no batch from the loader workers for 2 s (--loader-timeout): worker 0 was reading "
+                                  f"{source.name_of(5)}")
+    loader._iterator._shutdown_workers()
+
+
+def _leftovers(marker):
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if marker in " ".join(proc.info["cmdline"] or []):
+                found.append(proc.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.mark.e2e
+def test_a_configuration_over_its_time_limit_is_killed_with_its_workers_and_the_matrix_goes_on(tmp_path, test_plugins):
+    out = tmp_path / "out"
+    started = time.monotonic()
+    code = main(["run", "--workload", "hanging", "--workers", "2,0", "--steps", "1", "--timeout", "8",
+                 "--no-progress", "--system-metrics-interval", "0", "--output", str(out),
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    assert code == 1 and time.monotonic() - started < 120
+    runs = runs_of(out)
+    assert [r["config"]["num_workers"] for r in runs] == [2, 0]  # the matrix went on after the first
+    for run in runs:
+        assert run["status"] == "FAILED"
+        assert run["reason"] == "timed out after 8 s (--timeout); the configuration and its loader workers were killed"
+        assert run["facts"]["timeout_s"] == 8
+    time.sleep(1)
+    assert _leftovers(str(out)) == []  # no configuration process or loader worker survives
+
+
+def test_fuzzed_datasets_and_images_never_crash_hang_or_exhaust_memory(tmp_path):
+    """A few hundred seeded cases through every loader's code path (see tests/fuzz_inputs.py): each is a one-line
+    SuiteError naming the file or line, or works; never a traceback, never a hang, RSS bounded (a bomb that got
+    through would ask for gigabytes)."""
+    proc = subprocess.Popen([sys.executable, str(FUZZ), "20261203", "300", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    sampler = HostRamSampler(proc.pid, interval_s=0.02).start()
+    timer = threading.Timer(240, proc.kill)
+    timer.start()
+    try:
+        out, err = proc.communicate()
+    finally:
+        timer.cancel()
+        ram = sampler.stop()
+    assert proc.returncode == 0, err[-3000:]
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert len(rows) == 300
+    problems = [r for r in rows if r["outcome"] in ("crash", "hang")
+                or (r["expect"] != "either" and r["outcome"] != r["expect"])]
+    assert problems == [], problems[:3]
+    for row in rows:
+        if row["outcome"] == "error":
+            assert "\n" not in row["message"] and row["folder"] in row["message"], row
+    kinds = {r["case"].split("-")[0] for r in rows}
+    assert {"metadata", "file", "bomb", "empty", "random"} <= kinds  # every family was generated
+    assert sum(r["outcome"] == "ok" for r in rows) > 30 and sum(r["outcome"] == "error" for r in rows) > 100
+    assert ram.peak_rss_bytes < 1.5 * 2**30, f"fuzz driver peaked at {ram.peak_rss_bytes / 2**20:.0f} MiB"
