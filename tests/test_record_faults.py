@@ -134,8 +134,11 @@ def test_kill_9_of_the_runner_is_finished_by_recover(tmp_path, kill_configuratio
     proc = _suite("run", "--workers", "0", "--steps", "25", "--warmup-steps", "1", "--no-progress",
                   "--output", str(out), "--tracking-uri", uri, start_new_session=True)
     _wait_for(lambda: _training(out), "the configuration to train", proc)
-    if kill_configuration:
-        os.killpg(proc.pid, signal.SIGKILL)  # the runner and its configuration process
+    if kill_configuration:  # the runner and its configuration process (its own process group, with its workers)
+        [info] = out.glob("runs/*/run.json")
+        child = json.loads(info.read_text())["pid"]
+        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(child, signal.SIGKILL)
     else:
         proc.kill()  # the runner alone: its configuration process runs on, orphaned
     proc.wait()
