@@ -28,6 +28,8 @@ LOADERS = ("cpu", "cpu-fast", "device", "dali")
 ENGINES = ("suite", "hf-trainer")
 #: ``fp32``: no autocast; ``bf16``: bfloat16 autocast (mixed precision), as in the reference.
 PRECISIONS = ("fp32", "bf16")
+#: MLPerf divisions: ``closed`` only for a run that follows the published recipe exactly.
+DIVISIONS = ("open", "closed")
 
 DEFAULT_SEED = 42
 DEFAULT_WARMUP_STEPS = 3  # the reference's throughput_warmup_steps
@@ -74,6 +76,9 @@ class RunSettings:
     skip_bad_samples: bool = False
     nproc_per_node: int = 1  # processes (devices) per node, launched with torchrun when > 1
     prefetch_factor: int | None = None  # batches each loader worker prepares ahead; None: torch's default (2)
+    eval_every: int | None = None  # evaluate quality every N steps (and always at the end); None: at the end only
+    target_quality: float | None = None  # train until eval_accuracy >= this (MLPerf's time-to-train), at most max_steps
+    max_steps: int | None = None  # with target_quality: the most measured steps (default: 10 x steps)
     # Bounds and limits: they decide whether a run may go on, never what it measures, so they are not part
     # of a configuration's identity (see :attr:`RunConfig.config_id`).
     max_image_pixels: int | None = field(default=None, metadata=_CONTROL)  # None: Pillow's MAX_IMAGE_PIXELS
@@ -81,6 +86,11 @@ class RunSettings:
     allow_outside_links: bool = field(default=False, metadata=_CONTROL)  # symlinks leaving the dataset folder
     timeout_s: float | None = field(default=None, metadata=_CONTROL)  # None: derived from the steps; 0: none
     loader_timeout_s: float | None = field(default=None, metadata=_CONTROL)  # None: DEFAULT_LOADER_TIMEOUT_S
+    # MLPerf submission metadata (mllog submission_*): who ran it and where; defaults are derived (see the README)
+    submission_org: str | None = field(default=None, metadata=_CONTROL)  # None: the user running the suite
+    submission_platform: str | None = field(default=None, metadata=_CONTROL)  # None: from the device's facts
+    submission_division: str | None = field(default=None, metadata=_CONTROL)  # None: closed only for the recipe
+    clear_caches: bool = field(default=False, metadata=_CONTROL)  # drop the OS page cache first (needs root)
 
     def __post_init__(self) -> None:
         _require_name("workload", self.workload)
@@ -104,17 +114,46 @@ class RunSettings:
                 _require_int(name, getattr(self, name), 1)
         if not isinstance(self.allow_outside_links, bool):
             raise ConfigError(f"allow_outside_links must be true or false, got {self.allow_outside_links!r}")
+        if self.eval_every is not None:
+            _require_int("eval_every", self.eval_every, 1)
+        if self.target_quality is not None:
+            if isinstance(self.target_quality, bool) or not isinstance(self.target_quality, (int, float)) \
+                    or not 0 < self.target_quality <= 1:
+                raise ConfigError(f"target_quality must be a recall in (0, 1], got {self.target_quality!r}")
+        if self.max_steps is not None:
+            _require_int("max_steps", self.max_steps, 1)
+            if self.target_quality is None:
+                raise ConfigError("max_steps bounds a run to a quality target: give target_quality too")
+        for name in ("submission_org", "submission_platform"):
+            if getattr(self, name) is not None:
+                _require_name(name, getattr(self, name))
+        if self.submission_division is not None:
+            _require_choice("submission_division", self.submission_division, DIVISIONS)
+        if not isinstance(self.clear_caches, bool):
+            raise ConfigError(f"clear_caches must be true or false, got {self.clear_caches!r}")
         for name in ("timeout_s", "loader_timeout_s"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
                 raise ConfigError(f"{name} must be a number of seconds >= 0 (0: no limit), got {value!r}")
+
+    @property
+    def most_steps(self) -> int:
+        """The most measured steps: ``steps``, or with a quality target ``max_steps`` (default 10 x steps)."""
+        if self.target_quality is None:
+            return self.steps
+        return self.max_steps if self.max_steps is not None else 10 * self.steps
+
+    @property
+    def total_steps(self) -> int:
+        """Warm-up plus the most measured steps (what the learning-rate schedule spans)."""
+        return self.warmup_steps + self.most_steps
 
     def effective_timeout_s(self) -> float | None:
         """The configuration's time limit in seconds (``None``: no limit): as given, else generous for the
         steps asked (:data:`SETUP_ALLOWANCE_S` plus :data:`STEP_ALLOWANCE_S` per step)."""
         if self.timeout_s is not None:
             return float(self.timeout_s) or None
-        return SETUP_ALLOWANCE_S + STEP_ALLOWANCE_S * (self.warmup_steps + self.steps)
+        return SETUP_ALLOWANCE_S + STEP_ALLOWANCE_S * self.total_steps
 
     def effective_loader_timeout_s(self) -> float | None:
         """Longest wait for one batch from the loader workers (``None``: no limit)."""

@@ -89,6 +89,18 @@ class Workload(ABC):
         """What actually ran (model size, tokenizer, image processor...), recorded with the run."""
         return {}
 
+    def evaluate(self) -> dict[str, float] | None:
+        """Quality of the model now, on held-out data (no gradients, on the device): at least ``eval_accuracy``
+        (higher is better; what ``--target-quality`` is compared with) and ``eval_samples``. ``None``: this
+        workload has no evaluation (then no quality is recorded and no target can be set)."""
+        return None
+
+    @classmethod
+    def recipe_deviations(cls, config: "RunConfig") -> list[str]:
+        """How ``config`` differs from the workload's published recipe; empty when it follows it exactly (the MLPerf
+        log's division is then ``closed``, else ``open``)."""
+        return [f"workload {cls.name!r} publishes no recipe"]
+
     def observed_loader(self) -> dict[str, Any]:
         """The loader that ran, read from the objects that ran it, never copied from the config (the audit
         compares the two): ``loader`` (which of :data:`suite.config.LOADERS` produced the batches, judged by the

@@ -135,6 +135,7 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
     assert (params["devices"], params["workers"], params["batch_size"]) == ("cpu", "0,2", "default")
 
 
+@pytest.mark.mechanics
 def test_failed_configuration_is_recorded_and_the_matrix_goes_on(tmp_path, test_plugins):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     code = main(["run", "--device", "absent-standin,cpu", "--workers", "0", "--steps", "2", "--warmup-steps", "1",
@@ -149,6 +150,7 @@ def test_failed_configuration_is_recorded_and_the_matrix_goes_on(tmp_path, test_
     assert "stand-in accelerator is not present" in run.data.tags["failure_reason"]
 
 
+@pytest.mark.mechanics
 @pytest.mark.parametrize("sig,exit_status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_records_the_running_configuration_as_killed(tmp_path, sig, exit_status):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -196,6 +198,7 @@ def test_repeats_are_scored_and_nested_in_mlflow(tmp_path):
     assert config_run.info.status == "FINISHED"
 
 
+@pytest.mark.mechanics
 def test_audit_reruns_from_manifests_and_links_to_the_audited_run(matrix_run, tmp_path):
     _, results, client, tmp = matrix_run
     uri = f"sqlite:///{tmp}/mlflow.db"
@@ -222,6 +225,7 @@ def test_audit_reruns_from_manifests_and_links_to_the_audited_run(matrix_run, tm
     assert audits[0].data.tags["suite.verdict"] == "PASS"
 
 
+@pytest.mark.mechanics
 def test_audit_of_an_mlflow_run_flags_a_tampered_batch_size(matrix_run, tmp_path):
     _, results, client, tmp = matrix_run
     uri = f"sqlite:///{tmp}/mlflow.db"
@@ -240,6 +244,7 @@ def test_audit_of_an_mlflow_run_flags_a_tampered_batch_size(matrix_run, tmp_path
                       ("batch_size", "logged 16 but used 8")]
 
 
+@pytest.mark.mechanics
 def test_audit_of_a_copied_folder_reads_the_copy_and_flags_an_edited_manifest(matrix_run, tmp_path):
     """Defects 5 and 12: the copy's own manifest is read (not the original's), and a manifest whose config was
     edited (workers 0 -> 1, prefetch 4) no longer passes."""
@@ -259,6 +264,7 @@ def test_audit_of_a_copied_folder_reads_the_copy_and_flags_an_edited_manifest(ma
     assert "prefetch_factor: results.json None, manifest 4" in failed["detail"]
 
 
+@pytest.mark.mechanics
 def test_a_corrupt_image_fails_the_configuration_naming_the_file(tmp_path):
     from workloads.bridgetower.data.synthetic import ensure_synthetic
 
@@ -278,6 +284,7 @@ def test_a_corrupt_image_fails_the_configuration_naming_the_file(tmp_path):
     assert results[1]["reason"].startswith("in a loader worker: ")
 
 
+@pytest.mark.mechanics
 def test_skip_bad_samples_runs_and_records_the_count(tmp_path, capsys):
     from workloads.bridgetower.data.synthetic import ensure_synthetic
 
@@ -299,6 +306,7 @@ def test_skip_bad_samples_runs_and_records_the_count(tmp_path, capsys):
     assert manifest["config"]["skip_bad_samples"] is True
 
 
+@pytest.mark.mechanics
 def test_out_of_memory_fails_the_configuration_and_the_matrix_goes_on(tmp_path, test_plugins):
     # the stand-in workload needs 3 GiB; 2 GiB of address space is enough to start and import torch
     code = main(["run", "--workload", "memory-hog", "--workers", "0,1", "--steps", "2", "--warmup-steps", "0",
@@ -312,6 +320,7 @@ def test_out_of_memory_fails_the_configuration_and_the_matrix_goes_on(tmp_path, 
         assert r["facts"]["memory_limit_bytes"] == 2 * 2**30
 
 
+@pytest.mark.mechanics
 def test_a_killed_loader_worker_fails_the_configuration_and_the_matrix_goes_on(tmp_path, test_plugins):
     import psutil
 
@@ -341,6 +350,7 @@ def test_a_killed_loader_worker_fails_the_configuration_and_the_matrix_goes_on(t
     assert "not present" in results[1]["reason"]  # the next configuration still ran
 
 
+@pytest.mark.mechanics
 def test_compare_over_mlflow_writes_plots_and_logs_them_only_when_asked(matrix_run, tmp_path, capsys):
     _, results, client, tmp = matrix_run
     uri = f"sqlite:///{tmp}/mlflow.db"

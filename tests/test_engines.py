@@ -9,7 +9,7 @@ from suite.cli import main
 from suite.config import MatrixSpec
 from suite.errors import ConfigError
 
-from conftest import runs_of
+from conftest import run_file, runs_of
 
 pytestmark = pytest.mark.e2e
 
@@ -37,6 +37,12 @@ def test_both_engines_run_side_by_side_with_the_trainers_own_figure(tmp_path, ca
     # what ran, observed: the trainer's own DataLoader and the reference pipeline that made its batches
     facts = trainer_run["facts"]
     assert (facts["loader_used"], facts["num_workers_used"], facts["prefetch_factor_used"]) == ("cpu", 0, None)
+    from suite.records.mlperf_log import check_stock_common
+
+    for run in (suite_run, trainer_run):  # MLCommons' stock common.yaml, for both engines (issue 13)
+        stock = check_stock_common(run_file(tmp_path / "out", run, "mlperf.log"))
+        assert stock.passed, stock.problems
+        assert run["metrics"]["eval_samples"] > 0 and 0 <= run["metrics"]["eval_accuracy"] <= 1
     capsys.readouterr()
     assert main(["compare", str(tmp_path / "out"), "--json"]) == 0  # issue 18, defect 1: two engines, two rows
     rows = json.loads(capsys.readouterr().out)

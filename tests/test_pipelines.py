@@ -111,7 +111,7 @@ def test_fast_loader_batches_finish_to_the_reference_pixel_values(tmp_path):
 
 def test_bench_loader_json_carries_the_ratios_and_psnr(capsys, tmp_path):
     code = main(["bench-loader", "--images", "16", "--batch-size", "8", "--num-workers", "1", "--rounds", "1",
-                 "--image-size", "64", "--json", "--output", str(tmp_path / "figures")])
+                 "--image-size", "64", "--train-steps", "6", "--json", "--output", str(tmp_path / "figures")])
     assert code == 0
     figures = json.loads(capsys.readouterr().out)
     assert figures == json.loads((tmp_path / "figures" / "bench-loader.json").read_text())
@@ -126,6 +126,10 @@ def test_bench_loader_json_carries_the_ratios_and_psnr(capsys, tmp_path):
     assert figures["closed_vs_reference"] == pytest.approx(ratio)
     assert figures["fidelity"]["closed_within_tolerance"] is True
     assert figures["settings"]["num_workers"] == 1 and figures["settings"]["batch_size"] == 8
+    training = figures["training"]  # does the open pipeline still teach the model? closed and open side by side
+    assert training["steps"] == 6 and set(training) >= {"closed", "open", "open_vs_closed_eval_accuracy"}
+    for name in ("closed", "open"):
+        assert 0 <= training[name]["eval_accuracy"] <= 1 and training[name]["final_loss_mean_last_10"] > 0
 
 
 def test_bench_loader_refuses_more_images_than_the_dataset_has(capsys):

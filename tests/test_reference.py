@@ -33,3 +33,15 @@ def test_large_recipe_matches_the_large_preset():
     assert LARGE.max_seq_length == model["max_seq_length"]
     assert LARGE.learning_rate == recipe["optimizer"]["learning_rate"]
     assert LARGE.max_grad_norm == recipe["optimizer"]["max_grad_norm"]
+
+
+def test_the_closed_division_recipe_is_the_published_one():
+    """PUBLISHED_RECIPE (what a closed-division run must match) against the recipe file and the published table."""
+    from workloads.bridgetower.presets import PUBLISHED_RECIPE
+
+    recipe = json.loads((REFERENCE / "large_recipe.json").read_text())["config"]
+    published = json.loads((REFERENCE / "bridgetower_hf_blog_2023.json").read_text())
+    for name in ("preset", "precision", "batch_size", "seed", "warmup_steps", "dataset", "weights"):
+        assert PUBLISHED_RECIPE[name] == recipe[name], name
+    assert PUBLISHED_RECIPE["nproc_per_node"] == published["workload"]["devices"] == 8
+    assert PUBLISHED_RECIPE["precision"] == published["suite_config"]["precision"]

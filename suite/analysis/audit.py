@@ -11,11 +11,12 @@ records, re-runs every configuration from its manifest alone, and gives a verdic
 * ``rerun``: the configuration runs again from its manifest;
 * ``inputs``: the re-run read the same data, initial weights and tokenizer (fingerprints);
 * ``loss_digest``: bit-identical loss trajectory on the same device kind, else within ``loss_rtol``;
-* ``throughput``: the re-run's throughput is within the recorded noise band;
+* ``throughput``: the 95 % throughput intervals (per-step block bootstrap, or over repeats) overlap: PASS; they
+  clearly do not and neither run was contended: FAIL; otherwise INCONCLUSIVE, with the numbers and the contention;
 * ``environment``: which package versions differ from the manifest (a warning, not a failure).
 
 The same record checks run on published results (``reference/*.json``), which shows the flaws of the
-original benchmark on its own numbers. Verdicts: PASS, FAIL, WARN, SKIP; any FAIL fails the audit.
+original benchmark on its own numbers. Verdicts: PASS, FAIL, INCONCLUSIVE, WARN, SKIP; any FAIL fails the audit.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from suite.records.results import FINISHED, RunResult
 from suite.records.store import ResultsStore
 
 PASS, FAIL, WARN, SKIP = "PASS", "FAIL", "WARN", "SKIP"
+#: Throughput intervals that do not overlap while a run was measured under contention: no verdict either way.
+INCONCLUSIVE = "INCONCLUSIVE"
 DEFAULT_LOSS_RTOL = 1e-2
 DEFAULT_THROUGHPUT_TOLERANCE = 0.10
 
@@ -253,7 +256,8 @@ def _max_rel_diff(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def compare_rerun(original: RunResult, manifest: dict[str, Any], rerun: RunResult, rerun_manifest: dict[str, Any],
-                  noise_band: float, loss_rtol: float) -> list[Check]:
+                  noise_band: float, loss_rtol: float,
+                  original_interval: tuple[float, float] | None = None) -> list[Check]:
     subject = RunConfig.from_dict(original.config).config_id
     if rerun.status != FINISHED:
         return [Check(subject, "rerun", FAIL, f"the re-run {rerun.status}: {rerun.reason}")]
@@ -276,16 +280,55 @@ def compare_rerun(original: RunResult, manifest: dict[str, Any], rerun: RunResul
         checks.append(Check(subject, "loss_digest", PASS if diff <= loss_rtol else FAIL,
                             f"other device kind: max relative difference {diff:.3g} (tolerance {loss_rtol})"))
 
+    checks.append(throughput_check(subject, original, rerun, noise_band, original_interval))
+    return checks
+
+
+def _interval(result: RunResult) -> tuple[float, float] | None:
+    m = result.metrics
+    if "throughput_ci95_low" in m and "throughput_ci95_high" in m:
+        return m["throughput_ci95_low"], m["throughput_ci95_high"]
+    return None
+
+
+def _contention_text(result: RunResult) -> str:
+    contention = result.facts.get("contention")
+    if not contention:
+        return "contention not recorded"
+    return (f"other processes used {contention['others_share']:.0%} of the cores, steal {contention['steal_share']:.0%}"
+            + (" (contended)" if contention["contended"] else ""))
+
+
+def throughput_check(subject: str, original: RunResult, rerun: RunResult, noise_band: float,
+                     original_interval: tuple[float, float] | None = None) -> Check:
+    """PASS when the 95 % throughput intervals of the two runs overlap; FAIL when they clearly do not and neither
+    run was measured under contention; INCONCLUSIVE otherwise; always with the numbers. A record without an
+    interval (older suites) falls back to the relative noise band."""
     before = original.metrics.get("throughput_samples_per_s")
     after = rerun.metrics.get("throughput_samples_per_s")
     if before is None or after is None:
-        checks.append(Check(subject, "throughput", SKIP, "no recorded throughput to compare"))
-    else:
+        return Check(subject, "throughput", SKIP, "no recorded throughput to compare")
+    recorded, again = original_interval or _interval(original), _interval(rerun)
+    if recorded is None or again is None:
         ratio = after / before
-        checks.append(Check(subject, "throughput", PASS if abs(ratio - 1) <= noise_band else FAIL,
-                            f"re-run {after:.1f} vs recorded {before:.1f} samples/s ({ratio - 1:+.1%}; "
-                            f"noise band ±{noise_band:.0%})"))
-    return checks
+        return Check(subject, "throughput", PASS if abs(ratio - 1) <= noise_band else FAIL,
+                     f"re-run {after:.1f} vs recorded {before:.1f} samples/s ({ratio - 1:+.1%}); no interval recorded: "
+                     f"noise band ±{noise_band:.0%}")
+    numbers = (f"re-run {after:.1f} [{again[0]:.1f}, {again[1]:.1f}] vs recorded {before:.1f} "
+               f"[{recorded[0]:.1f}, {recorded[1]:.1f}] samples/s (95 % intervals)")
+    if recorded[0] <= again[1] and again[0] <= recorded[1]:
+        return Check(subject, "throughput", PASS, f"{numbers}: they overlap")
+    contended = [name for name, result in (("recorded", original), ("re-run", rerun))
+                 if (result.facts.get("contention") or {}).get("contended")]
+    where = f"recorded: {_contention_text(original)}; re-run: {_contention_text(rerun)}"
+    if contended:
+        return Check(subject, "throughput", INCONCLUSIVE,
+                     f"{numbers}: they do not overlap, but the {' and '.join(contended)} run was measured under "
+                     f"contention ({where})")
+    if "contention" not in original.facts or "contention" not in rerun.facts:
+        return Check(subject, "throughput", INCONCLUSIVE,
+                     f"{numbers}: they do not overlap, and contention was not recorded for both runs ({where})")
+    return Check(subject, "throughput", FAIL, f"{numbers}: they do not overlap and neither run was contended ({where})")
 
 
 def environment_check(manifests: Iterable[dict[str, Any] | None]) -> Check:
@@ -299,6 +342,17 @@ def environment_check(manifests: Iterable[dict[str, Any] | None]) -> Check:
         return Check("matrix", "environment", PASS, "package versions as recorded")
     return Check("matrix", "environment", WARN,
                  "versions differ: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(drift.items())))
+
+
+def score_interval(config_id: str, scores: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
+    """With repeats, the 95 % bootstrap interval of the mean throughput over the repeats (else ``None``)."""
+    from suite.records.results import bootstrap_mean_ci
+
+    for score in scores:
+        values = [v for v in score.get("throughput_values") or [] if v == v]
+        if score.get("config_id") == config_id and len(values) >= 2:
+            return bootstrap_mean_ci(values)
+    return None
 
 
 def noise_band_for(config_id: str, scores: Sequence[dict[str, Any]], tolerance: float) -> float:
@@ -350,7 +404,8 @@ def audit_recorded(recorded: Recorded, target: str, store: ResultsStore | None, 
         rerun_record = record_of(new, new_manifest or None, label=" (re-run)")
         report.checks += [*check_batch_size([rerun_record]), *check_loader([rerun_record])]
         report.checks += compare_rerun(result, manifest, new, new_manifest,
-                                       noise_band_for(config_id, recorded.scores, throughput_tolerance), loss_rtol)
+                                       noise_band_for(config_id, recorded.scores, throughput_tolerance), loss_rtol,
+                                       score_interval(config_id, recorded.scores))
     return report
 
 
@@ -378,7 +433,7 @@ def log_audit_to_mlflow(report: AuditReport, gateway: Any, experiment: str, arti
     run_id = gateway.create_run(experiment_id, f"audit-{time.strftime('%Y%m%d-%H%M%S')}", run_tags,
                                 {"target": report.target[:500]})
     now = int(time.time() * 1000)
-    counts = {v: sum(c.verdict == v for c in report.checks) for v in (PASS, FAIL, WARN, SKIP)}
+    counts = {v: sum(c.verdict == v for c in report.checks) for v in (PASS, FAIL, INCONCLUSIVE, WARN, SKIP)}
     check_tags = {f"check.{i:03d}.{_tag_safe(c.subject)}.{c.name}"[:250]: f"{c.verdict}: {c.detail}"[:5000]
                   for i, c in enumerate(report.checks)}
     gateway.log(run_id, metrics=[(f"checks_{k.lower()}", float(v), now, 0) for k, v in counts.items()],

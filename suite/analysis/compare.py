@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 from suite.analysis.scoring import score_values
 from suite.config import RunConfig
 from suite.errors import SuiteError
-from suite.records.results import FINISHED, RunResult
+from suite.records.results import FINISHED, RunResult, bootstrap_mean_ci
 
 THROUGHPUT = "throughput_samples_per_s"
 
@@ -40,8 +40,17 @@ class Row:
     def label(self) -> str:
         return self.config.describe()
 
+    @property
+    def contended(self) -> bool:
+        """Other work used the machine during its measured windows (see suite.trackers.contention)."""
+        from suite.trackers.contention import OTHERS_SHARE_LIMIT, STEAL_SHARE_LIMIT
+
+        return (self.metrics.get("contention_others_cpu_share", 0.0) > OTHERS_SHARE_LIMIT
+                or self.metrics.get("contention_steal_share", 0.0) > STEAL_SHARE_LIMIT)
+
     def as_dict(self) -> dict[str, Any]:
-        return {"config_id": self.config_id, "label": self.label, "config": self.config.to_dict(),
+        return {"config_id": self.config_id, "label": self.label, "contended": self.contended,
+                "config": self.config.to_dict(),
                 "metrics": self.metrics, "runs": self.runs, "unfinished_runs": self.unfinished_runs,
                 "aggregation": self.aggregation, "mlflow_run_ids": list(self.mlflow_run_ids),
                 "matrix_run_ids": list(self.matrix_run_ids)}
@@ -78,7 +87,9 @@ def _rows(groups: Iterable[_Group]) -> list[Row]:
             merged[THROUGHPUT] = score
             if cv is not None:
                 merged["throughput_cv"] = cv
-            aggregation = f"{len(values)} runs: throughput {method}; other metrics: median"
+            merged["throughput_ci95_low"], merged["throughput_ci95_high"] = bootstrap_mean_ci(values)
+            aggregation = (f"{len(values)} runs: throughput {method}, its 95 % interval over the runs; other metrics: "
+                           "median")
         rows.append(Row(group.config, merged, len(group.metrics), group.unfinished, tuple(group.run_ids),
                         tuple(dict.fromkeys(group.parents)), aggregation))
     return sorted(rows, key=_sort_key)

@@ -32,6 +32,9 @@ class TunePoint:
     host_ram_peak_pss_bytes: float | None = None
     data_wait_fraction: float | None = None
     reason: str = ""
+    ci_low: float | None = None  # 95 % interval of the throughput (block bootstrap over its steps)
+    ci_high: float | None = None
+    contended: bool = False  # other work used the machine during its measured window
 
     @property
     def label(self) -> str:
@@ -52,8 +55,10 @@ class TuneOutcome:
             "best": dataclasses.asdict(self.best),
             "recommended": dataclasses.asdict(self.recommended),
             "points": [dataclasses.asdict(p) for p in self.points],
-            "rule": "smallest num_workers (then prefetch factor, then host PSS) with throughput >= "
-                    "(1 - tolerance) x best",
+            "rule": "smallest num_workers (then prefetch factor, then host PSS) not significantly slower than the "
+                    "best: its 95 % throughput interval reaches the best's, or its throughput >= (1 - tolerance) x "
+                    "best",
+            "contended_points": [p.label for p in self.points if p.contended],
         }
 
 
@@ -82,13 +87,18 @@ def analyse(results: Sequence[RunResult], tolerance: float) -> TuneOutcome:
             num_workers=config["num_workers"], prefetch_factor=config.get("prefetch_factor"), status=result.status,
             throughput_samples_per_s=m.get("throughput_samples_per_s"),
             host_ram_peak_pss_bytes=m.get("host_ram_peak_pss_bytes"),
-            data_wait_fraction=m.get("data_wait_fraction"), reason=result.reason or ""))
+            data_wait_fraction=m.get("data_wait_fraction"), reason=result.reason or "",
+            ci_low=m.get("throughput_ci95_low", m.get("throughput_samples_per_s")),
+            ci_high=m.get("throughput_ci95_high", m.get("throughput_samples_per_s")),
+            contended=bool((result.facts.get("contention") or {}).get("contended"))))
     finished = [p for p in points if p.status == FINISHED and p.throughput_samples_per_s is not None]
     if not finished:
         raise ConfigError("no configuration of the sweep finished; see the reasons in results.json")
     best = max(finished, key=lambda p: p.throughput_samples_per_s or 0.0)
     threshold = (1 - tolerance) * (best.throughput_samples_per_s or 0.0)
-    good = [p for p in finished if (p.throughput_samples_per_s or 0.0) >= threshold]
+    best_low = best.ci_low if best.ci_low is not None else best.throughput_samples_per_s or 0.0
+    good = [p for p in finished if (p.throughput_samples_per_s or 0.0) >= threshold
+            or (p.ci_high is not None and p.ci_high >= best_low)]
     recommended = min(good, key=lambda p: (p.num_workers, p.prefetch_factor or 0,
                                            p.host_ram_peak_pss_bytes or float("inf")))
     return TuneOutcome(points, best, recommended, tolerance)

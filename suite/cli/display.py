@@ -43,7 +43,9 @@ class RichProgress:
         self._bars.reset(self._steps, total=None, description=config.describe(), info="starting")
 
     def event(self, config: RunConfig, event: dict[str, Any]) -> None:
-        if "step" in event:
+        if "eval_accuracy" in event:
+            self._bars.update(self._steps, info=f"eval_accuracy {event['eval_accuracy']:.3f}")
+        elif "step" in event:
             self._bars.update(self._steps, completed=event["step"], total=event["total"],
                               info=f"loss {event['loss']:.4f}")
         elif "phase" in event:
@@ -129,7 +131,7 @@ def print_scores_table(scores: Sequence[ConfigScore]) -> None:
 def print_checks(report: Any) -> None:
     from rich.table import Table
 
-    colours = {"PASS": "green", "FAIL": "red", "WARN": "yellow", "SKIP": "dim"}
+    colours = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "magenta", "WARN": "yellow", "SKIP": "dim"}
     table = Table(title=f"audit of {report.target}")
     for column in ("subject", "check", "verdict", "detail"):
         table.add_column(column, overflow="fold")
@@ -143,17 +145,25 @@ def print_compare_table(rows: Sequence[Any], base: Any, ratios: Sequence[float])
 
     table = Table(title=f"configurations (speed-up over {base.label})")
     table.add_column("configuration", justify="left")
-    for column in ("runs", "samples/s", "speed-up", "p50 ms", "data-wait", "device peak MiB", "host PSS MiB",
-                   "host RSS MiB"):
+    for column in ("runs", "samples/s", "95% interval", "speed-up", "quality", "p50 ms", "data-wait",
+                   "device peak MiB", "host PSS MiB", "host RSS MiB"):
         table.add_column(column, justify="right")
     for row, ratio in zip(rows, ratios, strict=True):
         m = row.metrics
         runs = str(row.runs) + (f" (+{row.unfinished_runs} unfinished)" if row.unfinished_runs else "")
-        table.add_row(row.label, runs, _fmt(m, "throughput_samples_per_s", pattern="{:.1f}"), f"{ratio:.2f}x",
+        interval = (f"{m['throughput_ci95_low']:.1f}-{m['throughput_ci95_high']:.1f}"
+                    if "throughput_ci95_low" in m and "throughput_ci95_high" in m else "-")
+        table.add_row(row.label + (" [busy host]" if row.contended else ""), runs,
+                      _fmt(m, "throughput_samples_per_s", pattern="{:.1f}"), interval, f"{ratio:.2f}x",
+                      _fmt(m, "eval_accuracy", pattern="{:.3f}"),
                       _fmt(m, "step_time_p50_s", 1000), _fmt(m, "data_wait_fraction", pattern="{:.0%}"),
                       _fmt(m, "device_peak_memory_bytes", 1 / MiB), _fmt(m, "host_ram_peak_pss_bytes", 1 / MiB),
                       _fmt(m, "host_ram_peak_rss_bytes", 1 / MiB))
     wide_console().print(table)
+    if any(row.contended for row in rows):
+        print("[busy host]: other processes used the cores (or the hypervisor stole them) while it was measured; "
+              "its figures are not the machine's", file=sys.stderr)
+    print("quality: eval_accuracy, the mean image<->text retrieval recall@1 over the held-out pairs")
 
 
 def stamp() -> str:

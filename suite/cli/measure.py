@@ -28,7 +28,8 @@ def add_parsers(sub: Any) -> None:
                      help="JSON or TOML file with matrix fields (workload, preset, devices, workers, loaders, "
                           "precisions, engines, steps, warmup_steps, seed, batch_size, dataset, weights, "
                           "skip_bad_samples, nproc_per_node, prefetch_factor, max_image_pixels, max_image_bytes, "
-                          "allow_outside_links, timeout_s, loader_timeout_s) and "
+                          "allow_outside_links, timeout_s, loader_timeout_s, eval_every, target_quality, max_steps, "
+                          "submission_org, submission_platform, submission_division, clear_caches) and "
                           f"{', '.join(FILE_RUN_OPTIONS)}; options given on the command line win")
     options.add_configuration_options(run, matrix=True)
     run.add_argument("--nproc-per-node", type=options.int_at_least(1), default=1,
@@ -57,7 +58,8 @@ def add_parsers(sub: Any) -> None:
         "tune", help="find the smallest dataloader_num_workers / prefetch factor within a few %% of the best",
         description="Run one configuration over dataloader_num_workers 0..--max-workers and, for workers > 0, "
                     "each --prefetch-factors value (each a recorded run, as `suite run`), recommend the smallest "
-                    "setting whose throughput is within --tolerance of the best, and plot throughput and host PSS "
+                    "setting not significantly slower than the best (its 95 %% throughput interval reaches the best's, or it is "
+                    "within --tolerance), and plot throughput and host PSS "
                     "(tune.png, tune.json in the results folder; logged to the MLflow tune run with the pick as "
                     "tags).")
     options.add_configuration_options(tune, matrix=False, steps_default=20)
@@ -66,8 +68,9 @@ def add_parsers(sub: Any) -> None:
     tune.add_argument("--prefetch-factors", type=options.parse_list(options.int_at_least(1), "prefetch factors"),
                       default=(2,), help="prefetch factors tried for workers > 0, comma-separated (default: 2, "
                                          "torch's)")
-    tune.add_argument("--tolerance", type=float, default=0.05,
-                      help="a setting within this fraction of the best throughput is good enough (default: 0.05)")
+    tune.add_argument("--tolerance", type=float, default=0.0,
+                      help="also accept a setting within this fraction of the best throughput (default: 0: only the "
+                           "intervals decide)")
     options.add_output_option(tune, "./suite-results/tune-<time>")
     options.add_recording_options(tune)
     tune.set_defaults(func=cmd_tune)
@@ -87,6 +90,9 @@ def add_parsers(sub: Any) -> None:
                        help="default: the core count")
     bench.add_argument("--rounds", type=options.int_at_least(1), default=3,
                        help="interleaved rounds; figures are medians over them (default: 3)")
+    bench.add_argument("--train-steps", type=options.non_negative_int, default=200,
+                       help="also train the tiny preset this many steps with the closed and the open pipelines and "
+                            "compare the quality reached (eval_accuracy); 0: skip (default: %(default)s)")
     bench.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
     options.add_output_option(bench, "none; with a folder, the figures go to DIR/bench-loader.json")
     bench.set_defaults(func=cmd_bench_loader)
@@ -135,7 +141,10 @@ def spec_from_args(args: argparse.Namespace) -> MatrixSpec:
         skip_bad_samples=getattr(args, "skip_bad_samples", False),
         nproc_per_node=getattr(args, "nproc_per_node", 1), prefetch_factor=getattr(args, "prefetch_factor", None),
         max_image_pixels=args.max_image_pixels, max_image_bytes=args.max_image_bytes,
-        allow_outside_links=args.allow_outside_links, timeout_s=args.timeout_s, loader_timeout_s=args.loader_timeout_s))
+        allow_outside_links=args.allow_outside_links, timeout_s=args.timeout_s, loader_timeout_s=args.loader_timeout_s,
+        eval_every=args.eval_every, target_quality=args.target_quality, max_steps=args.max_steps,
+        submission_org=args.submission_org, submission_platform=args.submission_platform,
+        submission_division=args.submission_division, clear_caches=args.clear_caches))
 
 
 @dataclasses.dataclass
@@ -242,10 +251,16 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if run.recorder.parent_run_id and not run.outcome.recorder_errors:
         tune.log_to_mlflow(run.recorder.gateway, run.recorder.parent_run_id, outcome, [png, summary])
     best, pick = outcome.best, outcome.recommended
-    print(f"best: {best.label} ({best.throughput_samples_per_s:.1f} samples/s)\n"
-          f"recommended: {pick.label} ({pick.throughput_samples_per_s:.1f} samples/s, within "
-          f"{args.tolerance:.0%} of the best, host PSS {(pick.host_ram_peak_pss_bytes or 0) / 2**20:.0f} MiB)\n"
+    print(f"best: {best.label} ({best.throughput_samples_per_s:.1f} samples/s, 95 % interval "
+          f"[{best.ci_low:.1f}, {best.ci_high:.1f}])\n"
+          f"recommended: {pick.label} ({pick.throughput_samples_per_s:.1f} samples/s, [{pick.ci_low:.1f}, "
+          f"{pick.ci_high:.1f}]: not significantly slower than the best; host PSS "
+          f"{(pick.host_ram_peak_pss_bytes or 0) / 2**20:.0f} MiB)\n"
           f"plot: {png}\nsummary: {summary}")
+    busy = [p.label for p in outcome.points if p.contended]
+    if busy:
+        print(f"suite: warning: the host was busy with other work while measuring {', '.join(busy)}: those figures "
+              "are not the machine's; run again on a quiet host", file=sys.stderr)
     print("\n".join(f"{k}: {v}" for k, v in run.where.items()))
     return _exit_status(run)
 
@@ -266,7 +281,7 @@ def cmd_bench_loader(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     figures = load_workload(args.workload).loader_benchmark(
         dict(dataset=args.dataset, images=args.images, image_size=args.image_size, batch_size=args.batch_size,
-             num_workers=args.num_workers, rounds=args.rounds),
+             num_workers=args.num_workers, rounds=args.rounds, train_steps=args.train_steps),
         progress=(lambda message: None) if args.json else (lambda message: print(f"  {message}", file=sys.stderr)))
     _write_figures(args.output, "bench-loader.json", figures)
     if args.json:
@@ -289,6 +304,11 @@ def cmd_bench_loader(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print(f"closed: max deviation from the reference {fidelity['closed_max_abs_error']:.2g} after normalization "
           f"({'within' if fidelity['closed_within_tolerance'] else 'NOT within'} 1/255); "
           f"open: PSNR {figures['open_psnr_db']:.1f} dB against the reference")
+    training = figures.get("training")
+    if training:
+        print(f"training ({training['steps']} steps, tiny preset): eval_accuracy closed "
+              f"{training['closed']['eval_accuracy']:.3f}, open {training['open']['eval_accuracy']:.3f} "
+              f"({training['open_vs_closed_eval_accuracy']:+.3f})")
     return 0
 
 

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from suite.config import DEFAULT_SEED, DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, ENGINES, LOADERS, PRECISIONS
+from suite.config import DEFAULT_SEED, DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, DIVISIONS, ENGINES, LOADERS, PRECISIONS
 
 DEFAULT_WORKLOAD = "bridgetower"
 
@@ -114,6 +114,22 @@ def add_configuration_options(parser: argparse.ArgumentParser, matrix: bool, ste
     parser.add_argument("--dataset", default=None,
                         help="'synthetic' (default, generated locally), 'newyorker' (the published dataset from the "
                              "hub, pinned revision) or an imagefolder path (images + metadata.jsonl)")
+    quality = parser.add_argument_group("quality (held-out evaluation) and MLPerf submission metadata")
+    quality.add_argument("--eval-every", type=int_at_least(1), default=None, metavar="N",
+                         help="evaluate quality every N measured steps (off the clock; always once at the end)")
+    quality.add_argument("--target-quality", type=float_above(0), default=None, metavar="R",
+                         help="train until eval_accuracy (mean retrieval recall@1) reaches R, at most --max-steps; "
+                              "records time_to_train_s and steps_to_target; a run that never reaches R is FAILED")
+    quality.add_argument("--max-steps", type=int_at_least(1), default=None, metavar="N",
+                         help="with --target-quality: the most measured steps (default: 10 x --steps)")
+    quality.add_argument("--submission-org", default=None, help="MLPerf log submission_org (default: your user name)")
+    quality.add_argument("--submission-platform", default=None,
+                         help="MLPerf log submission_platform (default: from the device, e.g. '1x NVIDIA H100 ...')")
+    quality.add_argument("--submission-division", type=choice(DIVISIONS), default=None,
+                         help="open or closed (default: closed only for a run that follows the published recipe "
+                              "exactly, else open; closed is refused for any other run)")
+    quality.add_argument("--clear-caches", action="store_true",
+                         help="drop the OS page cache before each configuration (MLPerf's cache_clear; needs root)")
     bounds = parser.add_argument_group("bounds and time limits (recorded; not part of a configuration's identity)")
     bounds.add_argument("--max-image-pixels", type=int_at_least(1), default=None, metavar="N",
                         help="refuse an image whose header declares more pixels, before decoding it, with every "

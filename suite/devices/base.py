@@ -177,6 +177,13 @@ class DeviceAdapter(ABC):
             return torch.autocast(device_type=self.torch_device.type, dtype=torch.bfloat16)
         raise ConfigError(f"precision {precision!r} has no autocast rule on {self.name}")
 
+    def numerics(self, precision: str) -> dict[str, str]:
+        """The lowest numerical precision of linear layers, attention and gradient communication when running
+        ``precision`` (MLPerf's disclosures; its spelling: ``fp32``, ``bfloat16``...). bf16 autocast runs matmuls
+        in bfloat16; gradients of fp32 parameters are reduced in fp32."""
+        compute = "bfloat16" if precision == "bf16" else "fp32"
+        return {"linear": compute, "attn": compute, "comm": "fp32"}
+
     # --- memory -----------------------------------------------------------------------------
     @abstractmethod
     def reset_peak_memory(self) -> None:

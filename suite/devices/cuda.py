@@ -122,6 +122,17 @@ class CUDAAdapter(DeviceAdapter):
 
         return ("fp32", "bf16") if torch.cuda.is_bf16_supported() else ("fp32",)
 
+    def numerics(self, precision: str) -> dict[str, str]:
+        """As the base, but fp32 matmuls are TF32 where torch allows it (the suite switches it off)."""
+        import torch
+
+        numerics = super().numerics(precision)
+        if precision == "fp32":
+            if torch.backends.cuda.matmul.allow_tf32:
+                numerics["linear"] = "tf32"
+                numerics["attn"] = "tf32"
+        return numerics
+
     def reset_peak_memory(self) -> None:
         import torch
 

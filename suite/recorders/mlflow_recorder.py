@@ -23,6 +23,10 @@ from suite.recorders.base import Recorder
 from suite.recorders.mlflow_gateway import MlflowGateway
 
 
+#: Facts logged as metric histories (per step), not as tags.
+HISTORIES = ("step_times_s", "evaluations")
+
+
 def _flatten(prefix: str, data: dict[str, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in data.items():
@@ -127,7 +131,13 @@ class MlflowRecorder(Recorder):
         start_ms = int((result.started_at or time.time()) * 1000)
         metrics = [(k, float(v), end_ms, 0) for k, v in result.metrics.items()]
         metrics += [("loss", float(v), start_ms, step) for step, v in enumerate(result.losses)]
-        tags = _flatten("facts", result.facts)
+        warmup = int(result.config.get("warmup_steps", 0))
+        metrics += [("step_time_s", float(v), start_ms, warmup + i)
+                    for i, v in enumerate(result.facts.get("step_times_s") or [])]
+        for evaluation in result.facts.get("evaluations") or []:  # quality over the run, at its step
+            metrics += [(k, float(v), start_ms, int(evaluation["step"])) for k, v in evaluation.items()
+                        if k.startswith("eval_") and k != "eval_time_s"]
+        tags = _flatten("facts", {k: v for k, v in result.facts.items() if k not in HISTORIES})
         device_name = (result.facts.get("device") or {}).get("device_name")
         if device_name:
             tags["device_name"] = device_name

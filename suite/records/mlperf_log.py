@@ -12,15 +12,20 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlperf_logging.mllog import constants
+
 RULESET = Path(__file__).parent / "rules" / "suite_training_1.0.0.yaml"
 #: mllog intervals end with a different key than they start with.
-START_OF = {"init_stop": "init_start", "run_stop": "run_start", "block_stop": "block_start",
-            "epoch_stop": "epoch_start"}
+START_OF = {constants.INIT_STOP: constants.INIT_START, constants.RUN_STOP: constants.RUN_START,
+            constants.BLOCK_STOP: constants.BLOCK_START, constants.EPOCH_STOP: constants.EPOCH_START,
+            constants.EVAL_STOP: constants.EVAL_START}
 STOP_OF = {start: stop for stop, start in START_OF.items()}
 _ids = itertools.count()
 
@@ -31,6 +36,7 @@ class MlperfLog:
     def __init__(self, path: str | Path | None) -> None:
         self.path = Path(path) if path else None
         self._open: list[str] = []  # started intervals, innermost last
+        self.write_error: str | None = None  # set when the file could not be written completely
         self._logger: logging.Logger | None = None
         self._mllog: Any = None
         if self.path is None:
@@ -84,7 +90,10 @@ class MlperfLog:
         if self._logger is None:
             return
         self._logger.removeHandler(self._handler)
-        self._handler.close()
+        try:
+            self._handler.close()
+        except OSError as exc:  # a full disk: the log is incomplete, the run itself goes on
+            self.write_error = f"cannot write {self.path}: {exc.strerror or exc}"
         self._logger = self._mllog = None
         if self._open:
             raise ValueError(f"mllog intervals never ended: {', '.join(sorted(self._open))}")
@@ -99,3 +108,97 @@ def check_compliance(log_path: str | Path, ruleset: str | Path = RULESET) -> tup
         capture_output=True, text=True,
     )
     return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
+
+
+def default_submission_org() -> str:
+    """Who ran it, when no --submission-org is given: the user running the suite."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name in this environment (a container without passwd entry)
+        return "unknown"
+
+
+def default_platform(device_facts: dict[str, Any], world_size: int) -> str:
+    """The platform from the device's facts, e.g. ``8x NVIDIA H100 80GB HBM3``."""
+    return f"{world_size}x {device_facts.get('device_name') or 'unknown device'}"
+
+
+def log_disclosures(mlperf: MlperfLog, config: Any, device_facts: dict[str, Any], numerics: dict[str, str],
+                    world_size: int, config_filename: str, recipe_deviations: list[str]) -> dict[str, Any]:
+    """The submission metadata and the v6.1 disclosures MLCommons' stock ``common.yaml`` requires, from what ran;
+    returns them (recorded in the run's facts). The division is ``closed`` only for a run that follows the
+    workload's published recipe exactly (no deviations), whatever was asked; asking ``closed`` for another
+    configuration is refused before anything runs (see ``suite.run.matrix.resolve``)."""
+    division = "closed" if not recipe_deviations else "open"
+    values = {
+        constants.SUBMISSION_ORG: config.submission_org or default_submission_org(),
+        constants.SUBMISSION_PLATFORM: config.submission_platform or default_platform(device_facts, world_size),
+        constants.SUBMISSION_DIVISION: config.submission_division or division,
+        constants.SUBMISSION_STATUS: "research",
+        constants.LOWEST_NUMERICAL_PRECISION_IN_LINEAR: numerics["linear"],
+        constants.LOWEST_NUMERICAL_PRECISION_IN_ATTN: numerics["attn"],
+        constants.LOWEST_NUMERICAL_PRECISION_IN_COMM: numerics["comm"],
+        constants.TENSOR_PARALLELISM: 1,  # data parallel only (DDP): one model replica per device
+        constants.PIPELINE_PARALLELISM: 1,
+        constants.CONTEXT_PARALLELISM: 1,
+        constants.EXPERT_PARALLELISM: 1,
+        constants.MICRO_BATCH_SIZE: config.batch_size,
+        constants.CONFIG_FILENAME: config_filename,
+    }
+    for key, value in values.items():
+        mlperf.event(key, value)
+    return {**values, "recipe_deviations": recipe_deviations}
+
+
+@dataclass(frozen=True)
+class StockCheck:
+    """What MLCommons' stock ``common.yaml`` says of a log."""
+
+    ruleset: str
+    problems: tuple[str, ...]  # failed checks and parse errors: empty means the log passes
+    warnings: tuple[str, ...]
+    not_applicable: tuple[str, ...]  # the division/benchmark configs common.yaml enqueues (MLPerf benchmarks only)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
+def newest_training_ruleset() -> str:
+    """The newest ``training_X.Y.Z`` ruleset of the installed mlperf-logging."""
+    from mlperf_logging.compliance_checker import mlp_compliance
+
+    folder = Path(mlp_compliance.__file__).parent
+    versions = [p.name.split("_", 1)[1] for p in folder.iterdir() if re.fullmatch(r"training_\d+\.\d+\.\d+", p.name)]
+    return max(versions, key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+def check_stock_common(log_path: str | Path, ruleset: str | None = None) -> StockCheck:
+    """Check ``log_path`` with exactly the rules of MLCommons' stock ``training_<ruleset>/common.yaml`` (newest
+    installed by default), through the checker's own parser and rule engine.
+
+    ``common.yaml`` then enqueues ``<division>_common.yaml``, whose only rule accepts MLPerf's own benchmark names
+    and enqueues a benchmark-specific ``<division>_<benchmark>.yaml``: neither can apply to a benchmark that is not
+    an MLPerf one (for ``bridgetower`` the checker's command line even crashes opening the missing file). Those
+    enqueued configs are reported as :attr:`StockCheck.not_applicable`, never silently passed.
+    """
+    from mlperf_logging.compliance_checker import mlp_compliance
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+
+    ruleset = ruleset or newest_training_ruleset()
+    common = Path(mlp_compliance.__file__).parent / f"training_{ruleset}" / "common.yaml"
+    checker = mlp_compliance.make_checker("training", ruleset, False, False)
+    loglines, errors = parse_file(str(log_path), ruleset=ruleset)
+    mlp_compliance.enqueued_configs.clear()
+    try:
+        checker.configured_checks(loglines, str(common))
+        enqueued = tuple(mlp_compliance.enqueued_configs)
+    finally:
+        mlp_compliance.enqueued_configs.clear()
+    problems = [f"parse error: {error}: {line}" for line, error in errors]
+    problems += [*checker.overwritable.values(), *checker.not_overwritable]
+    if not loglines:
+        problems.append("no MLLOG lines")
+    return StockCheck(ruleset, tuple(problems), tuple(checker.warnings.values()), enqueued)

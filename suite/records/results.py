@@ -41,6 +41,8 @@ class StepStats:
         "data_wait_fraction",
         "measured_steps",
         "measured_wall_s",
+        "throughput_ci95_low",
+        "throughput_ci95_high",
     )
 
     def __post_init__(self) -> None:
@@ -86,11 +88,60 @@ class StepStats:
         return self._percentile(99)
 
     @cached_property
+    def _throughput_ci95(self) -> tuple[float, float]:
+        return bootstrap_throughput_ci(self.step_times_s, self.samples_per_step)
+
+    @cached_property
+    def throughput_ci95_low(self) -> float:
+        """Lower end of the 95 % interval of the throughput (block bootstrap over the measured steps)."""
+        return self._throughput_ci95[0]
+
+    @cached_property
+    def throughput_ci95_high(self) -> float:
+        return self._throughput_ci95[1]
+
+    @cached_property
     def data_wait_fraction(self) -> float:
         return math.fsum(self.data_waits_s) / self.measured_wall_s
 
     def as_dict(self) -> dict[str, float]:
         return {name: float(getattr(self, name)) for name in self.fields}
+
+
+#: Resamples of the bootstrap; blocks of consecutive steps resampled (at most this many blocks).
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_BLOCKS = 40
+
+
+def bootstrap_throughput_ci(step_times_s: Sequence[float], samples_per_step: float, level: float = 0.95,
+                            seed: int = 0) -> tuple[float, float]:
+    """A ``level`` interval of the throughput over these steps: a block bootstrap (consecutive steps grouped into
+    at most :data:`BOOTSTRAP_BLOCKS` blocks, resampled with replacement, :data:`BOOTSTRAP_RESAMPLES` times, a fixed
+    seed so the same steps give the same interval), which respects the correlation between neighbouring steps.
+    One step gives a zero-width interval: nothing is known of its spread."""
+    times = np.asarray(step_times_s, dtype=np.float64)
+    if len(times) < 2:
+        value = samples_per_step * len(times) / float(times.sum())
+        return value, value
+    blocks = np.array_split(times, min(len(times), BOOTSTRAP_BLOCKS))
+    sums = np.array([b.sum() for b in blocks])
+    counts = np.array([len(b) for b in blocks])
+    rng = np.random.default_rng(seed)
+    pick = rng.integers(0, len(blocks), size=(BOOTSTRAP_RESAMPLES, len(blocks)))
+    throughput = counts[pick].sum(axis=1) * samples_per_step / sums[pick].sum(axis=1)
+    low, high = np.quantile(throughput, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
+def bootstrap_mean_ci(values: Sequence[float], level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """A ``level`` bootstrap interval of the mean of ``values`` (repeats of a configuration)."""
+    data = np.asarray(values, dtype=np.float64)
+    if len(data) < 2:
+        return float(data.mean()), float(data.mean())
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, len(data), size=(BOOTSTRAP_RESAMPLES, len(data)))].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
 
 
 def losses_hex(losses: Sequence[float]) -> list[str]:

@@ -45,6 +45,11 @@ def resolve(spec: MatrixSpec) -> tuple[type, list[RunConfig]]:
             raise UnknownPluginError(f"unknown device {device!r}; valid devices: {', '.join(known_devices)}")
     batch_size = spec.batch_size or workload_cls.presets[spec.preset].batch_size
     configs = [dataclasses.replace(c, batch_size=batch_size) for c in spec.expand()]
+    for config in configs:
+        deviations = workload_cls.recipe_deviations(config) if config.submission_division == "closed" else []
+        if deviations:
+            raise ConfigError(f"division closed is for runs that follow the published recipe exactly; "
+                              f"{config.describe()} differs: {'; '.join(deviations)} (leave the division open)")
     return workload_cls, configs
 
 

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from mlperf_logging.mllog import constants
+
 from suite.config import RunConfig
 from suite.trackers.host_ram import PSS_CPU_BUDGET
 
@@ -145,12 +147,12 @@ def run_overhead(config: RunConfig, blocks: int, progress: Callable[[str], None]
                 progress(f"block {block + 1}/{blocks}: suite loop with trackers")
                 with trackers.on() as stats:
                     first = len(steps.timings)
-                    mlperf.start("block_start", metadata={"first_step": first, "step_count": config.steps})
+                    mlperf.start(constants.BLOCK_START, metadata={"first_step": first, "step_count": config.steps})
                     steps.start_clock()
                     for _ in range(config.steps):
                         steps.step()
                         emit(devnull, step=len(steps.timings), total=config.steps * blocks, loss=losses[-1])
-                    mlperf.end("block_stop", metadata={"first_step": first, "step_count": config.steps})
+                    mlperf.end(constants.BLOCK_STOP, metadata={"first_step": first, "step_count": config.steps})
                     suite.append(sum(t.step_time_s for t in steps.timings[first:]) / config.steps)
                 tracker_samples.append(stats["samples"])
                 tracker_cpu.append(stats["tracker_cpu_fraction"])

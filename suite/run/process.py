@@ -21,15 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from mlperf_logging.mllog import constants
+
 from suite.config import RunConfig
 from suite.errors import RecordingError, SuiteError
 from suite.events import emit
 from suite.records.manifest import build_manifest
-from suite.records.mlperf_log import MlperfLog
+from suite.records.mlperf_log import MlperfLog, log_disclosures
 from suite.records.results import FAILED, FINISHED, RunResult
 from suite.records.store import RunFiles
 from suite.registry import load_device, load_workload
+from suite.run.quality import QualityTracker
 from suite.run.steps import TrainingSteps, prepare_device
+from suite.trackers.contention import ContentionMeter
 
 EmitFn = Callable[..., None]
 
@@ -65,7 +69,7 @@ class Rank:
 
 
 def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | None = None,
-            rank: Rank | None = None) -> RunResult:
+            rank: Rank | None = None, config_filename: str = "config.json") -> RunResult:
     """Run ``config`` here and return its result; never raises for a failure of the run itself.
 
     With ``mllog_path``, an MLPerf-format log of the run is written there (see :mod:`suite.records.mlperf_log`).
@@ -83,8 +87,9 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
     adapter = workload = None
     mlperf = MlperfLog(mllog_path)
     try:
-        mlperf.event("submission_benchmark", config.workload)
-        mlperf.start("init_start")
+        mlperf.event(constants.SUBMISSION_BENCHMARK, config.workload)
+        _clear_caches(config, mlperf, facts)
+        mlperf.start(constants.INIT_START)
         if rank.world_size % config.nproc_per_node:
             raise SuiteError(f"nproc_per_node is {config.nproc_per_node} but {rank.world_size} process(es) run, "
                              "not a whole number of nodes")
@@ -108,15 +113,20 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         facts["precision_used"] = config.precision
         facts["run_params"] = adapter.run_params()
         _log_hyperparameters(mlperf, config, workload, rank)
-        mlperf.end("init_stop")
-        mlperf.start("run_start")
+        facts["submission"] = log_disclosures(mlperf, config, facts["device"], adapter.numerics(config.precision),
+                                              rank.world_size, config_filename,
+                                              type(workload).recipe_deviations(config))
+        mlperf.end(constants.INIT_STOP)
+        mlperf.start(constants.RUN_START)
+        quality = QualityTracker(config, workload, mlperf, emit_event, rank.rank, rank.world_size, time.monotonic(),
+                                 config.batch_size * rank.world_size)
         if config.engine == "hf-trainer":
-            _train_with_trainer(config, adapter, workload, result, emit_event, mlperf, rank)
+            _train_with_trainer(config, adapter, workload, result, emit_event, mlperf, rank, quality)
         else:
-            _train(config, adapter, workload, result, emit_event, mlperf, rank)
+            _train(config, adapter, workload, result, emit_event, mlperf, rank, quality)
         result.metrics.update(workload.metrics())
         _record_observed_loader(result, workload)
-        mlperf.end("run_stop", metadata={"status": "success"})
+        mlperf.end(constants.RUN_STOP, metadata={"status": "success"})
         result.status = FINISHED
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, none lost
         result.status = FAILED
@@ -130,6 +140,8 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         raise
     finally:
         mlperf.close()
+        if mlperf.write_error:
+            facts.setdefault("recording_errors", []).append(mlperf.write_error)
         for closer in (workload, adapter):
             if closer is not None:
                 try:
@@ -169,7 +181,11 @@ def _aggregate_ranks(result: RunResult, rank: Rank) -> None:
     dist.all_gather(gathered, values)
     walls, waits, memories = zip(*(g.tolist() for g in gathered), strict=True)
     m["measured_wall_s"] = max(walls)
+    rank0 = m["throughput_samples_per_s"]
     m["throughput_samples_per_s"] = m["measured_steps"] * result.facts["global_batch_size"] / max(walls)
+    for bound in ("throughput_ci95_low", "throughput_ci95_high"):  # rank 0's interval, scaled to the global figure
+        if bound in m:
+            m[bound] *= m["throughput_samples_per_s"] / rank0
     m["data_wait_fraction"] = sum(waits) / len(waits)
     if min(memories) >= 0:
         m["device_peak_memory_bytes"] = max(memories)
@@ -179,9 +195,9 @@ def _aggregate_ranks(result: RunResult, rank: Rank) -> None:
 
 
 def _log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any, rank: Rank) -> None:
-    mlperf.event("seed", config.seed)
-    mlperf.event("global_batch_size", config.batch_size * rank.world_size)
-    mlperf.event("gradient_accumulation_steps", 1)
+    mlperf.event(constants.SEED, config.seed)
+    mlperf.event(constants.GLOBAL_BATCH_SIZE, config.batch_size * rank.world_size)
+    mlperf.event(constants.GRADIENT_ACCUMULATION_STEPS, 1)
     for key, value in workload.mlperf_hyperparameters().items():
         mlperf.event(key, value)
     for key in ("device", "num_workers", "loader", "precision", "warmup_steps", "steps"):
@@ -189,40 +205,62 @@ def _log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any, ra
 
 
 def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn,
-           mlperf: MlperfLog | None = None, rank: Rank | None = None) -> None:
+           mlperf: MlperfLog | None = None, rank: Rank | None = None, quality: QualityTracker | None = None) -> None:
+    """Warm-up then measured steps (up to ``config.most_steps``); evaluations between steps, off the clock."""
     rank = rank or Rank()
     mlperf = mlperf or MlperfLog(None)
-    total = config.warmup_steps + config.steps
+    global_batch = config.batch_size * rank.world_size
+    quality = quality or QualityTracker(config, workload, mlperf, emit_event, rank.rank, rank.world_size,
+                                        time.monotonic(), global_batch)
+    total = config.total_steps
     steps = TrainingSteps(config, adapter, workload, losses=result.losses)
     emit_event(phase="training", total=total)
     adapter.reset_peak_memory()
     steps.start_clock()
     flops_per_step: float | None = None
+    done = 0
+    # this configuration's own processes: under torchrun every local rank, so the launcher's tree
+    contention = ContentionMeter(os.getppid() if rank.world_size > 1 else None)
     for step in range(total):
         if step == config.warmup_steps:
-            mlperf.start("block_start", metadata={"first_step": step, "step_count": config.steps})
+            mlperf.start(constants.BLOCK_START, metadata={"first_step": step, "step_count": config.most_steps,
+                                                          "samples_count": step * global_batch})
+            contention.start()
         if step == 0 and config.warmup_steps > 0:  # count model FLOPs once, in an unmeasured step
             flops_per_step = _counted_step(steps)
         else:
             steps.step()
-        emit_event(step=step + 1, total=total, loss=result.losses[-1])
-    mlperf.end("block_stop", metadata={"first_step": config.warmup_steps, "step_count": config.steps})
+        done = step + 1
+        emit_event(step=done, total=total, loss=result.losses[-1])
+        if quality.due(done):
+            stop = quality.evaluate(done)
+            steps.start_clock()  # the evaluation is in no step's time
+            if stop:
+                break
+    mlperf.end(constants.BLOCK_STOP, metadata={"first_step": config.warmup_steps,
+                                               "step_count": done - config.warmup_steps,
+                                               "samples_count": done * global_batch})
+    _record_contention(result, contention)
     stats = steps.record(result)
-    if stats is None:  # unreachable: RunConfig requires steps >= 1
-        raise SuiteError("no measured step")
+    if stats is None:
+        raise SuiteError(f"no measured step: the run stopped after {done} steps, within its {config.warmup_steps} "
+                         "warm-up steps")
     if rank.world_size > 1:
         _aggregate_ranks(result, rank)
     _record_flops(result, flops_per_step, rank)
     mlperf.event("throughput", result.metrics["throughput_samples_per_s"], metadata={"unit": "samples/s"})
+    quality.finish(result, done)
 
 
 def _train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn,
-                        mlperf: MlperfLog, rank: Rank) -> None:
+                        mlperf: MlperfLog, rank: Rank, quality: QualityTracker) -> None:
     """Engine hf-trainer: the workload's trainer drives the steps; the suite's clock and accounting time them."""
     if rank.world_size > 1:
         raise SuiteError("engine hf-trainer runs on one device per configuration (use engine suite to scale out)")
-    total = config.warmup_steps + config.steps
+    total = config.total_steps
+    global_batch = config.batch_size
     steps = TrainingSteps(config, adapter, workload, losses=result.losses)
+    contention = ContentionMeter()
     emit_event(phase="training (hf-trainer)", total=total)
 
     class Hooks:
@@ -234,19 +272,33 @@ def _train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: 
 
         def batch_ready(self, batch: Any) -> None:
             if len(steps.timings) == config.warmup_steps and not self.block_started:
-                mlperf.start("block_start", metadata={"first_step": config.warmup_steps, "step_count": config.steps})
+                mlperf.start(constants.BLOCK_START, metadata={"first_step": config.warmup_steps,
+                                                              "step_count": config.most_steps,
+                                                              "samples_count": config.warmup_steps * global_batch})
+                contention.start()
                 self.block_started = True
             steps.batch_ready(batch)
 
-        def step_end(self, loss: Any) -> None:
+        def step_end(self, loss: Any) -> bool:
+            """After each optimizer step; True asks the trainer to stop (the quality target is met)."""
             steps.step_end(loss)
-            emit_event(step=len(steps.timings), total=total, loss=result.losses[-1])
+            done = len(steps.timings)
+            emit_event(step=done, total=total, loss=result.losses[-1])
+            if not quality.due(done):
+                return False
+            stop = quality.evaluate(done)
+            steps.start_clock()  # the evaluation is in no step's time
+            return stop
 
     trainer_figures = workload.train_with_trainer(Hooks())
     result.facts["workload"] = workload.facts()  # now including what the trainer built
-    if len(steps.timings) != total:
-        raise SuiteError(f"the trainer ran {len(steps.timings)} steps, not {total}")
-    mlperf.end("block_stop", metadata={"first_step": config.warmup_steps, "step_count": config.steps})
+    done = len(steps.timings)
+    if done != total and quality.reached is None:
+        raise SuiteError(f"the trainer ran {done} steps, not {total}")
+    mlperf.end(constants.BLOCK_STOP, metadata={"first_step": config.warmup_steps,
+                                               "step_count": done - config.warmup_steps,
+                                               "samples_count": done * global_batch})
+    _record_contention(result, contention)
     steps.record(result)
     for key, value in trainer_figures.items():
         result.metrics[f"trainer_{key}"] = float(value)
@@ -255,6 +307,29 @@ def _train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: 
                               "(all steps, warm-up and start-up included)")
     result.facts["mfu"] = "not measured with engine hf-trainer"
     mlperf.event("throughput", result.metrics["throughput_samples_per_s"], metadata={"unit": "samples/s"})
+    quality.finish(result, done)
+
+
+def _record_contention(result: RunResult, meter: ContentionMeter) -> None:
+    """How busy the machine was with other work during the measured window (see suite.trackers.contention)."""
+    reading = meter.stop()
+    if reading is not None:
+        result.metrics.update(reading.metrics())
+        result.facts["contention"] = reading.facts()
+
+
+def _clear_caches(config: RunConfig, mlperf: MlperfLog, facts: dict[str, Any]) -> None:
+    """MLPerf's cache_clear: with --clear-caches, drop the OS page cache (root only) and say whether it happened."""
+    cleared, how = False, "not requested (--clear-caches)"
+    if config.clear_caches:
+        try:
+            os.sync()
+            Path("/proc/sys/vm/drop_caches").write_text("3\n")
+            cleared, how = True, "page cache, dentries and inodes dropped (/proc/sys/vm/drop_caches)"
+        except OSError as exc:
+            how = f"could not drop the page cache: {exc.strerror or exc} (needs root)"
+    facts["cache_clear"] = {"cleared": cleared, "how": how}
+    mlperf.event(constants.CACHE_CLEAR, cleared, metadata={"how": how})
 
 
 def _counted_step(steps: "TrainingSteps") -> float:
@@ -301,7 +376,9 @@ class RunLog:
             pass
 
     def event(self, event: dict[str, Any]) -> None:
-        if "phase" in event:
+        if "eval_accuracy" in event:
+            self.line(f"evaluation after step {event['step']}: eval_accuracy {event['eval_accuracy']:.4g}")
+        elif "phase" in event:
             self.line(f"phase: {event['phase']}")
         elif "step" in event:
             step, total = event["step"], event["total"]
@@ -328,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
         if leader:
             emit(**event)
 
-    result = execute(config, emit_event=report, mllog_path=str(files.mllog) if leader else None, rank=rank)
+    result = execute(config, emit_event=report, mllog_path=str(files.mllog) if leader else None, rank=rank,
+                     config_filename=f"{files.relative_folder}/config.json")
     result.run_uid, result.repeat = info.get("run_uid"), int(info.get("repeat", 0))
     log.line(f"{result.status}" + (f": {result.reason}" if result.reason else "")
              + (f"; {result.metrics['throughput_samples_per_s']:.2f} samples/s"

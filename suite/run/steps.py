@@ -85,6 +85,7 @@ class TrainingSteps:
         stats = StepStats.from_timings(measured, self.config.batch_size) if measured else None
         if stats is not None:
             result.metrics.update(stats.as_dict())
+            result.facts["step_times_s"] = list(stats.step_times_s)  # every measured step, for later analysis
         memory = self.adapter.peak_memory()
         if memory is not None:
             result.metrics["device_peak_memory_bytes"] = float(memory.peak_bytes)

@@ -49,6 +49,7 @@ class LoaderBenchOptions:
     batch_size: int = 48
     num_workers: int | None = None  # default: every core
     rounds: int = 3
+    train_steps: int = 200  # the training comparison closed vs open (tiny preset); 0: none
 
     def __post_init__(self) -> None:
         for name, minimum in (("images", 1), ("image_size", 8), ("batch_size", 1), ("rounds", 1)):
@@ -57,6 +58,8 @@ class LoaderBenchOptions:
                 raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
         if self.num_workers is not None and (not isinstance(self.num_workers, int) or self.num_workers < 0):
             raise ConfigError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
+        if isinstance(self.train_steps, bool) or not isinstance(self.train_steps, int) or self.train_steps < 0:
+            raise ConfigError(f"train_steps must be an integer >= 0, got {self.train_steps!r}")
         if self.images < self.batch_size:
             raise ConfigError(f"images ({self.images}) must be at least one batch ({self.batch_size})")
 
@@ -202,4 +205,36 @@ def run_loader_benchmark(options: LoaderBenchOptions, progress: Callable[[str], 
             "torch": torch.__version__, "logical_cores": os.cpu_count(), "dataset": dataset,
         },
     )
+    if options.train_steps:
+        result["training"] = training_comparison(options.dataset, options.train_steps, progress)
     return result
+
+
+def training_comparison(dataset: str | None, steps: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Does the faster input pipeline still teach the model? The tiny preset trained ``steps`` steps with the
+    closed pipeline and with the open one (same seed, same samples; each evaluated through its own pipeline on the
+    held-out pairs): eval_accuracy reached, and the losses at the end."""
+    from suite.config import RunConfig
+    from suite.devices.cpu import CPUAdapter
+    from suite.run.steps import prepare_device
+
+    from workloads.bridgetower.workload import BridgeTowerWorkload
+
+    config = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=0, loader="cpu-fast",
+                       precision="fp32", batch_size=8, steps=steps, warmup_steps=0, dataset=dataset)
+    figures: dict[str, Any] = {"preset": "tiny", "steps": steps, "seed": config.seed,
+                               "metric": "eval_accuracy (mean retrieval recall@1 over the held-out pairs)"}
+    for name in ("closed", "open"):
+        progress(f"training comparison: {steps} steps with the {name} pipeline")
+        adapter = CPUAdapter()
+        adapter.setup()
+        prepare_device(config, adapter)
+        workload = BridgeTowerWorkload(config, adapter, image_pipeline=name)
+        workload.setup()
+        batches = workload.batches()
+        losses = [float(workload.train_step(next(batches))) for _ in range(steps)]
+        figures[name] = {"eval_accuracy": workload.evaluate()["eval_accuracy"],
+                         "final_loss_mean_last_10": statistics.fmean(losses[-10:])}
+        workload.teardown()
+    figures["open_vs_closed_eval_accuracy"] = figures["open"]["eval_accuracy"] - figures["closed"]["eval_accuracy"]
+    return figures

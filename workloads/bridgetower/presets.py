@@ -27,6 +27,7 @@ TINY = BridgeTowerPreset(
     name="tiny",
     batch_size=8,
     description="random-init BridgeTower (hidden 64, 2+2+2 layers, image 64): a CPU-sized stand-in",
+    learning_rate=1e-3,  # learns the synthetic set's captions within a few hundred steps (reference/tiny_quality)
     model_config=dict(
         text_config=dict(vocab_size=261, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                          intermediate_size=128, max_position_embeddings=80),
@@ -54,3 +55,9 @@ LARGE = BridgeTowerPreset(
 )
 
 PRESETS: dict[str, BridgeTowerPreset] = {p.name: p for p in (TINY, LARGE)}
+
+#: The published recipe's fields (reference/large_recipe.json, checked in the tests): a configuration with all of
+#: these follows it exactly (MLPerf division closed); 8 devices, bf16, the pretrained checkpoint on the New Yorker set.
+PUBLISHED_RECIPE: dict[str, object] = {"preset": "large", "precision": "bf16", "batch_size": 48, "seed": 42,
+                                        "warmup_steps": 3, "dataset": "newyorker", "weights": LARGE_CHECKPOINT,
+                                        "nproc_per_node": 8}

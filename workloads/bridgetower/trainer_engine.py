@@ -55,7 +55,7 @@ def run_with_trainer(workload: Any, hooks: Any) -> dict[str, float]:
         raise SuiteError(f"engine hf-trainer runs the published method's loader only (cpu), not {config.loader!r}")
     from transformers import TrainerCallback
 
-    total_steps = config.warmup_steps + config.steps
+    total_steps = config.total_steps
     on_gaudi = device.torch_device.type == "hpu"
     common = dict(
         output_dir=tempfile.mkdtemp(prefix="suite-hf-trainer-"), max_steps=total_steps,
@@ -73,7 +73,8 @@ def run_with_trainer(workload: Any, hooks: Any) -> dict[str, float]:
             hooks.begin()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            hooks.step_end(trainer.last_loss)
+            if hooks.step_end(trainer.last_loss):  # the quality target is met
+                control.should_training_stop = True
 
     if on_gaudi:
         trainer_cls, args = _gaudi_trainer(common)

@@ -19,11 +19,12 @@ from suite.errors import DatasetError, SuiteError
 from suite.workload import Workload
 
 from workloads.bridgetower.data.bounds import ImageBounds
-from workloads.bridgetower.data.catalog import open_source
+from workloads.bridgetower.data.catalog import held_out_split, open_source
 from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE, CaptionedImages, endless, make_loader
 from workloads.bridgetower.data.sources import ImageCaptionSource
+from workloads.bridgetower.evaluation import embed_pairs, retrieval_recall
 from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD, preprocess_image
-from workloads.bridgetower.presets import PRESETS, BridgeTowerPreset
+from workloads.bridgetower.presets import PRESETS, PUBLISHED_RECIPE, BridgeTowerPreset
 from workloads.bridgetower.tokenizer import build_byte_level_tokenizer, load_pretrained_tokenizer, tokenizer_fingerprint
 
 
@@ -52,6 +53,11 @@ def decode_on_device(device: Any, encoded: list[bytes], names: list[str] | None,
                                       if names else f"{len(encoded)} images")
         raise DatasetError(f"cannot decode {what} on the device: {type(exc).__name__}: "
                            f"{' '.join(str(exc).split())[:300]}") from exc
+
+
+def _world_size() -> int:
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def image_bounds(config: RunConfig) -> ImageBounds:
@@ -106,14 +112,29 @@ class BridgeTowerWorkload(Workload):
         return {"dataset": described, "warnings": described.get("warnings", [])}
 
     @classmethod
+    def recipe_deviations(cls, config: RunConfig) -> list[str]:
+        """Differences from the published recipe (:data:`workloads.bridgetower.presets.PUBLISHED_RECIPE`); the
+        dataloader worker count and the loader are what the benchmark varies, not part of the recipe."""
+        deviations = []
+        for name, expected in PUBLISHED_RECIPE.items():
+            value = config.batch_size if name == "batch_size" else getattr(config, name)
+            if value != expected:
+                deviations.append(f"{name} {value!r} (the recipe's: {expected!r})")
+        return deviations
+
+    @classmethod
     def loader_benchmark(cls, options: Mapping[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
         from workloads.bridgetower.bench_loader import LoaderBenchOptions, run_loader_benchmark
 
         return run_loader_benchmark(LoaderBenchOptions(**options), progress)
 
-    def __init__(self, config: RunConfig, device: Any) -> None:
+    def __init__(self, config: RunConfig, device: Any, image_pipeline: str | None = None) -> None:
+        """``image_pipeline`` replaces the worker-side pipeline of the configured loader by another of
+        :data:`workloads.bridgetower.data.pipelines.PIPELINES` (``suite bench-loader``'s training comparison only:
+        a run's records always hold the pipeline of its loader)."""
         super().__init__(config, device)
         self.preset = PRESETS[config.preset]
+        self._image_pipeline = image_pipeline
         self._facts: dict[str, Any] = {}
         self._loader: Any = None
         self._ran_loader: Any = None  # the DataLoader that fed the steps (the trainer's own with hf-trainer)
@@ -122,13 +143,18 @@ class BridgeTowerWorkload(Workload):
 
     def setup(self) -> None:
         preset, config = self.preset, self.config
-        source: ImageCaptionSource = self._open(config)
-        self._skipped = source.describe().get("skipped_samples", 0)
+        everything: ImageCaptionSource = self._open(config)
+        self._skipped = everything.describe().get("skipped_samples", 0)
+        source, held_out, split = held_out_split(everything, config.batch_size * _world_size())
         local_tokenizer = preset.tokenizer == "local-byte-level"
         tokenizer_source = preset.tokenizer if local_tokenizer else (config.weights or preset.tokenizer)
         tokenizer = build_byte_level_tokenizer() if local_tokenizer else load_pretrained_tokenizer(tokenizer_source)
-        encoded = tokenizer(source.captions(), max_length=preset.max_seq_length, padding="max_length",
-                            truncation=True, return_tensors="pt")
+
+        def tokenize(captions: list[str]) -> Any:
+            return tokenizer(captions, max_length=preset.max_seq_length, padding="max_length", truncation=True,
+                             return_tensors="pt")
+
+        encoded, encoded_held_out = tokenize(source.captions()), tokenize(held_out.captions())
 
         self.device.prepare_framework()
         model = build_model(preset, config.weights)
@@ -152,22 +178,30 @@ class BridgeTowerWorkload(Workload):
         self.params = params
         self.optimizer, optimizer_description = self.device.make_optimizer(
             params, lr=preset.learning_rate, eps=preset.adam_epsilon, weight_decay=preset.weight_decay)
-        total_steps = config.warmup_steps + config.steps
+        total_steps = config.total_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: max(0.0, (total_steps - step) / total_steps)  # linear, no warm-up
         )
         self.image_size = int(model.config.vision_config.image_size)  # `model`: unwrapped by DDP
         bounds = image_bounds(config)
         dataset = CaptionedImages(source, encoded["input_ids"], encoded["attention_mask"], config.loader,
-                                  self.image_size, self.device.torch_device.type, bounds)
+                                  self.image_size, self.device.torch_device.type, bounds, self._image_pipeline)
         self.train_dataset = dataset
+        self.eval_dataset = CaptionedImages(held_out, encoded_held_out["input_ids"], encoded_held_out["attention_mask"],
+                                            config.loader, self.image_size, self.device.torch_device.type, bounds,
+                                            self._image_pipeline)
         self._loader = make_loader(dataset, config.batch_size, config.num_workers, config.seed,
                                    pin_memory=self.device.torch_device.type == "cuda",
                                    prefetch_factor=config.prefetch_factor,
                                    loader_timeout_s=config.effective_loader_timeout_s())
         self._facts.update(
-            dataset=source.describe(),
-            dataset_fingerprint=source.fingerprint(),
+            dataset=everything.describe(),
+            dataset_fingerprint=everything.fingerprint(),
+            eval_split=split,
+            train_samples=len(source),
+            eval_samples=len(held_out),
+            quality_metric="eval_accuracy: mean of text-to-image and image-to-text retrieval recall@1 over the "
+                           "held-out pairs (ties count against the model)",
             tokenizer=tokenizer_source,
             tokenizer_sha256=tokenizer_fingerprint(tokenizer),
             max_seq_length=preset.max_seq_length,
@@ -218,6 +252,24 @@ class BridgeTowerWorkload(Workload):
         self.optimizer.zero_grad(set_to_none=True)
         return outputs.loss.detach()
 
+    def evaluate(self) -> dict[str, float]:
+        """Retrieval recall@1/@5 both ways over the held-out pairs, on the device, in the run's precision (see
+        :mod:`workloads.bridgetower.evaluation`); ``eval_accuracy`` and ``eval_samples`` among the figures."""
+        from torch.utils.data import DataLoader
+
+        from workloads.bridgetower.data.loader import collate
+
+        model = self.model.module if isinstance(self.model, torch.nn.parallel.DistributedDataParallel) else self.model
+        # its own generator: torch draws each iterator's base seed from the global RNG otherwise, which would move
+        # the dropout of the training steps after an evaluation
+        batches = DataLoader(self.eval_dataset, batch_size=self.config.batch_size, shuffle=False, num_workers=0,
+                             collate_fn=collate, generator=torch.Generator())
+        observed = self._observed_loader  # what the evaluation reads does not change what trained
+        texts, images = embed_pairs(model, batches, self._pixel_values, self.device.to_device,
+                                    lambda: self.device.autocast(self.config.precision))
+        self._observed_loader = observed
+        return {**retrieval_recall(texts, images), "eval_samples": float(len(self.eval_dataset))}
+
     def train_with_trainer(self, hooks: Any) -> dict[str, float]:
         from workloads.bridgetower.trainer_engine import run_with_trainer
 
@@ -256,6 +308,7 @@ class BridgeTowerWorkload(Workload):
         preset = self.preset
         return {
             "train_samples": len(self._loader.dataset),
+            "eval_samples": len(self.eval_dataset),
             "opt_name": "adamw",
             "opt_base_learning_rate": preset.learning_rate,
             "opt_adamw_epsilon": preset.adam_epsilon,

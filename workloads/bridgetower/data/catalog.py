@@ -45,3 +45,22 @@ def _open(spec: str | None, synthetic_samples: int, bounds: ImageBounds, allow_o
         )
     return ImageFolderSource(path, allow_outside_links=allow_outside_links, max_bytes=bounds.max_bytes,
                              strict_files=strict_files)
+
+
+def held_out_split(source: ImageCaptionSource, batch_size: int, fraction: float = 0.1
+                   ) -> tuple[ImageCaptionSource, ImageCaptionSource, str]:
+    """(training samples, held-out samples, what the split is): a deterministic ``fraction`` held out by name
+    (:func:`workloads.bridgetower.evaluation.held_out_indices`). A dataset too small to give up any sample and
+    still fill a batch is evaluated on its training samples, and the description says so."""
+    from workloads.bridgetower.evaluation import held_out_indices
+    from workloads.bridgetower.data.sources import SourceSubset
+
+    names = [source.sample_key(i) for i in range(len(source))]  # inside the dataset: the same on every machine
+    held = held_out_indices(names, fraction)
+    kept = sorted(set(range(len(source))) - set(held))
+    if len(kept) < batch_size or len(held) < 2:
+        return source, source, (f"training samples: {len(source)} samples cannot spare a held-out split and still "
+                                f"fill a batch of {batch_size}")
+    return (SourceSubset(source, kept, "train"), SourceSubset(source, held, "held-out"),
+            f"held out: {len(held)} of {len(source)} samples ({fraction:.0%}, the lowest sha256 of their names within "
+            "the dataset)")

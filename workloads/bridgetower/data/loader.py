@@ -7,8 +7,11 @@
 * ``device`` loader: workers only read encoded bytes (``encoded_images``); the device decodes and
   preprocesses them inside the training step. ``num_workers`` keeps its meaning (processes reading bytes).
 
-Order is deterministic: a seeded sampler generator and per-worker seeding, so the loss trajectory is
-the same for every ``num_workers``.
+Order is deterministic: each epoch's permutation depends only on (seed, epoch) (:class:`EpochShuffle`), and the
+generator that seeds the workers is another one, so the loss trajectory is the same for every ``num_workers``
+in every epoch. (torch's DataLoader draws its workers' base seed from ``loader.generator`` each time it builds an
+iterator: once with persistent workers, once per epoch without; a generator shared with the shuffling reached
+epoch 2 in a different state.)
 
 Every image read passes the dataset's bounds (:mod:`.bounds`) before any decoder sees it, whatever the loader.
 A loader worker that delivers no batch for ``loader_timeout_s`` fails the run, naming the sample each worker
@@ -17,18 +20,19 @@ was reading (workers note it in a shared array as they go).
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import random
 from typing import Any, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, RandomSampler, default_collate
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, default_collate
 
 from suite.errors import DatasetError
 
 from workloads.bridgetower.data.bounds import ImageBounds
-from workloads.bridgetower.data.pipelines import ClosedPipeline, ImagePipeline, ReferencePipeline
+from workloads.bridgetower.data.pipelines import PIPELINES, ClosedPipeline, ImagePipeline, ReferencePipeline
 from workloads.bridgetower.data.sources import ImageCaptionSource
 
 #: The image pipeline each worker-side loader runs.
@@ -42,16 +46,16 @@ _NOTHING = -1  # a worker that is not reading a sample
 
 class CaptionedImages(Dataset):
     def __init__(self, source: ImageCaptionSource, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 loader: str, image_size: int, device_type: str = "cpu", bounds: ImageBounds | None = None
-                 ) -> None:
+                 loader: str, image_size: int, device_type: str = "cpu", bounds: ImageBounds | None = None,
+                 pipeline: str | None = None) -> None:
         if len(source) != len(input_ids):
             raise ValueError("one tokenized caption per sample is required")
         self.source, self.input_ids, self.attention_mask = source, input_ids, attention_mask
         self.loader, self.image_size = loader, image_size
         self.bounds = bounds or ImageBounds.of(None, None)
         self.bounds.apply_to_pillow()  # forked loader workers inherit it
-        self.pipeline: ImagePipeline | None = (LOADER_PIPELINES[loader](image_size, device_type)
-                                               if loader in LOADER_PIPELINES else None)
+        chosen = PIPELINES[pipeline] if pipeline is not None else LOADER_PIPELINES.get(loader)
+        self.pipeline: ImagePipeline | None = chosen(image_size, device_type) if chosen is not None else None
         # the sample each loader worker is reading (shared memory, written by the workers), for the watchdog;
         # sized for the workers by make_loader
         self.reading = multiprocessing.RawArray("q", [_NOTHING])
@@ -94,6 +98,25 @@ class CaptionedImages(Dataset):
             self.pipeline.worker_init()
 
 
+class EpochShuffle(Sampler[int]):
+    """A random permutation of ``range(size)`` per epoch that depends only on ``(seed, epoch)``."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size, self.seed, self.epoch = size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        key = hashlib.sha256(f"epoch-shuffle:{self.seed}:{self.epoch}".encode()).digest()
+        generator = torch.Generator()
+        generator.manual_seed(int.from_bytes(key[:8], "little") & (2**63 - 1))
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+
 def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
     """torch's default collation: tensors stacked (straight into shared memory inside a worker), encoded
     images kept as a list of bytes."""
@@ -121,11 +144,11 @@ def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, see
     if len(dataset) < batch_size * world:
         raise DatasetError(f"the dataset has {len(dataset)} samples, fewer than one batch of {batch_size}"
                            + (f" per rank on {world} ranks" if distributed else ""))
-    generator = torch.Generator()
-    generator.manual_seed(seed)
+    worker_seeds = torch.Generator()  # seeds the workers only; the order comes from the sampler alone
+    worker_seeds.manual_seed(seed)
     sampler = (DistributedSampler(dataset, num_replicas=world, rank=dist.get_rank(), shuffle=True, seed=seed,
                                   drop_last=True)
-               if distributed else RandomSampler(dataset, generator=generator))
+               if distributed else EpochShuffle(len(dataset), seed))
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -134,7 +157,7 @@ def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, see
         collate_fn=collate,
         drop_last=True,  # every step has exactly the recorded batch size
         worker_init_fn=dataset.worker_init,
-        generator=generator,
+        generator=worker_seeds,
         persistent_workers=num_workers > 0,
         pin_memory=pin_memory,
         prefetch_factor=prefetch_factor if num_workers > 0 else None,
@@ -147,7 +170,7 @@ def endless(loader: DataLoader) -> Iterator[dict[str, Any]]:
     :class:`DatasetError` naming the samples the workers were stuck on."""
     epoch = 0
     while True:
-        if isinstance(loader.sampler, DistributedSampler):
+        if hasattr(loader.sampler, "set_epoch"):  # EpochShuffle, DistributedSampler: the order of this epoch
             loader.sampler.set_epoch(epoch)
         try:
             yield from loader

@@ -52,6 +52,11 @@ class ImageCaptionSource(ABC):
     def name_of(self, index: int) -> str:
         """How error messages name sample ``index`` (its file path, or dataset[split][index])."""
 
+    def sample_key(self, index: int) -> str:
+        """What identifies sample ``index`` within the dataset, wherever the dataset lies (its file name inside the
+        folder, or split and index): the held-out split hashes it, so it must not depend on the machine."""
+        return self.name_of(index)
+
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """Facts recorded with the run: kind, location, revision, sample count."""
@@ -222,6 +227,9 @@ class ImageFolderSource(ImageCaptionSource):
     def name_of(self, index: int) -> str:
         return str(self._entries[index].path)
 
+    def sample_key(self, index: int) -> str:
+        return self._entries[index].path.relative_to(self.metadata_path.parent).as_posix()
+
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": str(self.root), "metadata": str(self.metadata_path),
                 "caption_column": self.caption_column, "num_samples": len(self),
@@ -288,6 +296,9 @@ class HubSource(ImageCaptionSource):
     def name_of(self, index: int) -> str:
         return f"{self.dataset_id}[{self.split}][{index}]"
 
+    def sample_key(self, index: int) -> str:
+        return f"{self.split}[{index}]"
+
     def fingerprint(self) -> dict[str, Any]:
         return {"method": "dataset id + config + revision + split", "dataset_id": self.dataset_id,
                 "config": self.config_name, "revision": self.revision, "split": self.split,
@@ -296,3 +307,33 @@ class HubSource(ImageCaptionSource):
     def describe(self) -> dict[str, Any]:
         return {"kind": "hub", "dataset_id": self.dataset_id, "config": self.config_name, "revision": self.revision,
                 "split": self.split, "caption_column": self.caption_column, "num_samples": len(self)}
+
+
+class SourceSubset(ImageCaptionSource):
+    """Some samples of a source, by index (a training or a held-out split)."""
+
+    def __init__(self, source: ImageCaptionSource, indices: list[int], role: str) -> None:
+        self.source, self.indices, self.role = source, list(indices), role
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def captions(self) -> list[str]:
+        captions = self.source.captions()
+        return [captions[i] for i in self.indices]
+
+    def read_bytes(self, index: int) -> bytes:
+        return self.source.read_bytes(self.indices[index])
+
+    def name_of(self, index: int) -> str:
+        return self.source.name_of(self.indices[index])
+
+    def sample_key(self, index: int) -> str:
+        return self.source.sample_key(self.indices[index])
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.source.describe(), "split": self.role, "num_samples": len(self)}
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {**self.source.fingerprint(), "split": self.role,
+                "indices_sha256": hashlib.sha256(",".join(map(str, self.indices)).encode()).hexdigest()}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: the caption names what is drawn (paper tint, figures, window), so it can be learned
 DEFAULT_SAMPLES = 512
 DEFAULT_SEED = 0
 CAPTION_COLUMN = "image_description"
@@ -37,9 +37,17 @@ _DETAILS = ["A clock on the wall shows midnight.", "The window shows a city skyl
             "A sign on the wall is blank.", "Rain falls outside.", "A cake sits on the table."]
 
 
-def caption_for(rng: random.Random) -> str:
-    return (f"{rng.choice(_PEOPLE).capitalize()} {rng.choice(_ACTIONS)} {rng.choice(_OTHERS)} "
-            f"{rng.choice(_PLACES)}. {rng.choice(_DETAILS)}")
+#: Paper tints (RGB) the scene is drawn on, named in the caption.
+PAPERS: dict[str, tuple[int, int, int]] = {"cream": (246, 240, 222), "blue": (186, 208, 242),
+                                           "pink": (244, 196, 208), "green": (196, 234, 196)}
+_COUNTS = {1: "One figure", 2: "Two figures", 3: "Three figures"}
+
+
+def caption_for(rng: random.Random, paper: str, figures: int, window: bool) -> str:
+    """What is drawn (learnable: paper tint, number of figures, a window or not), then a New-Yorker-like scene."""
+    setting = ", by a window" if window else ""
+    return (f"{_COUNTS[figures]} on {paper} paper{setting}. {rng.choice(_PEOPLE).capitalize()} "
+            f"{rng.choice(_ACTIONS)} {rng.choice(_OTHERS)} {rng.choice(_PLACES)}. {rng.choice(_DETAILS)}")
 
 
 def _ink(rng: random.Random) -> tuple[int, int, int]:
@@ -57,8 +65,8 @@ def _squiggle(draw: ImageDraw.ImageDraw, rng: random.Random, w: int, h: int) -> 
     draw.line(points, fill=_ink(rng), width=rng.randint(1, 3), joint="curve")
 
 
-def _figure(draw: ImageDraw.ImageDraw, rng: random.Random, w: int, h: int) -> None:
-    cx, base = rng.uniform(0.15 * w, 0.85 * w), rng.uniform(0.7 * h, 0.95 * h)
+def _figure(draw: ImageDraw.ImageDraw, rng: random.Random, w: int, h: int, where: float) -> None:
+    cx, base = (where + rng.uniform(-0.08, 0.08)) * w, rng.uniform(0.7 * h, 0.95 * h)
     height = rng.uniform(0.35 * h, 0.6 * h)
     head = height * 0.13
     top = base - height
@@ -74,34 +82,36 @@ def _figure(draw: ImageDraw.ImageDraw, rng: random.Random, w: int, h: int) -> No
                    (cx + side * head * rng.uniform(1.5, 3.5), hip + rng.uniform(-head, head))], fill=ink, width=width)
 
 
-def _room(draw: ImageDraw.ImageDraw, rng: random.Random, w: int, h: int) -> None:
+def _room(draw: ImageDraw.ImageDraw, rng: random.Random, w: int, h: int, window: bool) -> None:
     floor = rng.uniform(0.6 * h, 0.8 * h)
     draw.line([(0, floor), (w, floor)], fill=_ink(rng), width=2)
-    for _ in range(rng.randint(1, 3)):  # windows, frames, doors
-        x0, y0 = rng.uniform(0, 0.8 * w), rng.uniform(0.05 * h, 0.4 * h)
-        x1, y1 = x0 + rng.uniform(40, 0.3 * w), y0 + rng.uniform(40, 0.3 * h)
-        draw.rectangle([x0, y0, x1, y1], outline=_ink(rng), width=2)
-        if rng.random() < 0.5:  # hatching inside
-            step = rng.randint(5, 12)
-            for x in range(int(x0), int(x1), step):
-                draw.line([(x, y0), (min(x + (y1 - y0) * 0.3, x1), y1)], fill=(90, 90, 90), width=1)
+    if window:  # a large dark window with panes, upper part of the scene
+        x0, y0 = rng.uniform(0.05 * w, 0.55 * w), rng.uniform(0.05 * h, 0.15 * h)
+        x1, y1 = x0 + rng.uniform(0.3 * w, 0.4 * w), y0 + rng.uniform(0.3 * h, 0.4 * h)
+        draw.rectangle([x0, y0, x1, y1], fill=(70, 70, 80), outline=_ink(rng), width=4)
+        draw.line([((x0 + x1) / 2, y0), ((x0 + x1) / 2, y1)], fill=(220, 220, 220), width=3)
+        draw.line([(x0, (y0 + y1) / 2), (x1, (y0 + y1) / 2)], fill=(220, 220, 220), width=3)
     tx = rng.uniform(0.1 * w, 0.7 * w)  # a table
     draw.rectangle([tx, floor - 50, tx + rng.uniform(80, 160), floor - 42], fill=(235, 235, 235), outline=_ink(rng))
 
 
 def draw_cartoon(index: int, seed: int = DEFAULT_SEED) -> tuple[Image.Image, str]:
-    """The image and caption of sample ``index`` (pure function of the arguments)."""
+    """The image and caption of sample ``index`` (pure function of the arguments): figures, furniture and ink
+    on tinted paper; the caption names the tint, the number of figures and whether a window is drawn."""
     rng = random.Random(f"newyorker-synthetic-v{GENERATOR_VERSION}-{seed}-{index}")
     width, height = rng.randint(480, 800), rng.randint(400, 720)
-    paper = rng.randint(240, 255)
-    image = Image.new("RGB", (width, height), (paper, paper, max(paper - rng.randint(0, 12), 0)))
+    paper = rng.choice(list(PAPERS))
+    figures = rng.randint(1, 3)
+    window = rng.random() < 0.5
+    tint = tuple(max(0, min(255, c + rng.randint(-6, 6))) for c in PAPERS[paper])
+    image = Image.new("RGB", (width, height), tint)
     draw = ImageDraw.Draw(image)
-    _room(draw, rng, width, height)
-    for _ in range(rng.randint(1, 3)):
-        _figure(draw, rng, width, height)
+    _room(draw, rng, width, height, window)
+    for slot in range(figures):  # spread over the width, so that they can be counted
+        _figure(draw, rng, width, height, (slot + 0.5) / figures)
     for _ in range(rng.randint(3, 10)):
         _squiggle(draw, rng, width, height)
-    return image, caption_for(rng)
+    return image, caption_for(rng, paper, figures, window)
 
 
 def cache_root() -> Path:

@@ -79,6 +79,9 @@ class UsableSamples(ImageCaptionSource):
     def name_of(self, index: int) -> str:
         return self.source.name_of(self.scan.usable[index])
 
+    def sample_key(self, index: int) -> str:
+        return self.source.sample_key(self.scan.usable[index])
+
     def describe(self) -> dict[str, Any]:
         return {**self.source.describe(), "num_samples": len(self), "skipped_samples": len(self.scan.bad),
                 "skipped": [{"sample": name, "reason": reason} for name, reason in self.scan.bad]}

@@ -1,0 +1,116 @@
+"""Quality during a run: when to evaluate, what each evaluation measured, and MLPerf's time-to-train.
+
+The workload's :meth:`~suite.workload.Workload.evaluate` runs every ``eval_every`` measured steps (every
+:data:`DEFAULT_EVAL_EVERY` with a quality target) and always once at the end. Evaluations happen between steps:
+the step clock is restarted after each, so evaluation time is never in a measured step; it is recorded on its
+own (``eval_time_s``). With ``target_quality``, training stops at the first evaluation whose ``eval_accuracy``
+reaches it: ``time_to_train_s`` is the wall time from ``run_start`` to the end of that evaluation (MLPerf's
+headline) and ``steps_to_target`` the training steps taken, warm-up included. A run that stops without reaching
+the target is FAILED with the best figure it reached, never a success. Under torch.distributed only rank 0
+evaluates; the decision to stop is broadcast so that every rank stops at the same step.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from mlperf_logging.mllog import constants
+
+from suite.config import RunConfig
+from suite.errors import SuiteError
+from suite.records.mlperf_log import MlperfLog
+from suite.records.results import RunResult
+
+#: Evaluation cadence (measured steps) when a quality target is set and no --eval-every is given.
+DEFAULT_EVAL_EVERY = 25
+
+
+class QualityTargetNotReached(SuiteError):
+    """The run ended (``max_steps``) without reaching its quality target."""
+
+
+class QualityTracker:
+    def __init__(self, config: RunConfig, workload: Any, mlperf: MlperfLog, emit_event: Callable[..., None],
+                 rank: int, world_size: int, run_started: float, global_batch: int) -> None:
+        self.config, self.workload, self.mlperf, self.emit_event = config, workload, mlperf, emit_event
+        self.rank, self.world_size, self.run_started, self.global_batch = rank, world_size, run_started, global_batch
+        self.every = config.eval_every or (DEFAULT_EVAL_EVERY if config.target_quality is not None else None)
+        self.evaluations: list[dict[str, Any]] = []
+        self.eval_time_s = 0.0
+        self.reached: dict[str, Any] | None = None
+        self.available = True  # False once the workload says it has no evaluation
+
+    def due(self, steps_done: int) -> bool:
+        measured = steps_done - self.config.warmup_steps
+        return self.available and bool(self.every) and measured > 0 and measured % self.every == 0
+
+    def evaluate(self, steps_done: int) -> bool:
+        """Evaluate now (rank 0); True when the quality target is met, on every rank."""
+        stop = False
+        if self.rank == 0:
+            stop = self._evaluate_here(steps_done)
+        if self.world_size > 1:
+            import torch
+            import torch.distributed as dist
+
+            flag = torch.tensor([1 if stop else 0], dtype=torch.int64)
+            dist.broadcast(flag, src=0)
+            stop = bool(flag.item())
+        return stop
+
+    def _evaluate_here(self, steps_done: int) -> bool:
+        samples = steps_done * self.global_batch
+        self.mlperf.start(constants.EVAL_START, metadata={"samples_count": samples})
+        started = time.perf_counter()
+        figures = self.workload.evaluate()
+        elapsed = time.perf_counter() - started
+        if figures is None:
+            self.mlperf.end(constants.EVAL_STOP, metadata={"samples_count": samples, "status": "no evaluation"})
+            self.available = False
+            if self.config.target_quality is not None:
+                raise SuiteError(f"workload {self.config.workload!r} has no evaluation: a quality target cannot apply")
+            return False
+        self.eval_time_s += elapsed
+        self.mlperf.event(constants.EVAL_ACCURACY, figures["eval_accuracy"], metadata={"samples_count": samples})
+        self.mlperf.end(constants.EVAL_STOP, metadata={"samples_count": samples})
+        record = {"step": steps_done, "samples_count": samples, "eval_time_s": elapsed,
+                  "since_run_start_s": time.monotonic() - self.run_started, **figures}
+        self.evaluations.append(record)
+        self.emit_event(eval_accuracy=figures["eval_accuracy"], step=steps_done, total=self.config.total_steps,
+                        loss=None)
+        target = self.config.target_quality
+        if target is not None and self.reached is None and figures["eval_accuracy"] >= target:
+            self.reached = record
+            return True
+        return False
+
+    def finish(self, result: RunResult, steps_done: int) -> None:
+        """The last evaluation (unless one just ran), then the figures into ``result``; raises
+        :class:`QualityTargetNotReached` when a target was set and not met (after recording everything)."""
+        if self.available and self.rank == 0 and (not self.evaluations or self.evaluations[-1]["step"] != steps_done):
+            if self.reached is None:
+                self._evaluate_here(steps_done)
+        if self.rank != 0 or not self.evaluations:
+            return
+        last = self.evaluations[-1]
+        for key, value in last.items():
+            if key.startswith("eval_") and key != "eval_time_s":
+                result.metrics[key] = float(value)
+        result.metrics["eval_time_s"] = self.eval_time_s
+        result.metrics["eval_count"] = float(len(self.evaluations))
+        result.facts["evaluations"] = self.evaluations
+        target = self.config.target_quality
+        if target is None:
+            return
+        best = max(self.evaluations, key=lambda e: e["eval_accuracy"])
+        result.facts["quality_target"] = {"metric": "eval_accuracy", "target": target,
+                                          "reached": self.reached is not None, "eval_every": self.every,
+                                          "best": best["eval_accuracy"], "best_step": best["step"]}
+        if self.reached is not None:
+            result.metrics["time_to_train_s"] = self.reached["since_run_start_s"]
+            result.metrics["steps_to_target"] = float(self.reached["step"])
+            return
+        raise QualityTargetNotReached(
+            f"quality target eval_accuracy >= {target:g} not reached in {steps_done} steps (best "
+            f"{best['eval_accuracy']:.4g} at step {best['step']})")

@@ -1,0 +1,102 @@
+"""How busy the machine was with other work during a measured window.
+
+A throughput measured while other processes used the cores, or while the hypervisor stole them, is not the
+machine's. Over the window this reads (psutil): the CPU seconds the whole machine spent busy, the CPU seconds of
+the training process and its descendants (loader workers), the steal time, and the load average; the difference is
+what everything else used. A window is *contended* when others used more than :data:`OTHERS_SHARE_LIMIT` of the
+machine's cores or steal exceeded :data:`STEAL_SHARE_LIMIT`, rules written here once and recorded with the figures.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import psutil
+
+#: Share of the machine's CPU capacity used by other processes above which a window is contended.
+OTHERS_SHARE_LIMIT = 0.10
+#: Share of CPU capacity stolen by the hypervisor above which a window is contended.
+STEAL_SHARE_LIMIT = 0.02
+
+
+def _busy_seconds(times: object) -> float:
+    """CPU seconds the machine ran something (steal excluded: it is counted on its own)."""
+    idle = getattr(times, "idle", 0.0) + getattr(times, "iowait", 0.0) + getattr(times, "steal", 0.0)
+    total = sum(getattr(times, f) for f in times._fields if f not in ("guest", "guest_nice"))  # type: ignore[attr-defined]
+    return total - idle
+
+
+def _tree_cpu_seconds(root: psutil.Process) -> float:
+    seconds = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        seconds += times.user + times.system
+    return seconds
+
+
+@dataclass(frozen=True)
+class Contention:
+    window_s: float
+    cores: int
+    others_cpu_s: float
+    own_cpu_s: float
+    steal_s: float
+    load_average_1m: float | None
+
+    @property
+    def others_share(self) -> float:
+        return self.others_cpu_s / (self.window_s * self.cores) if self.window_s > 0 else 0.0
+
+    @property
+    def steal_share(self) -> float:
+        return self.steal_s / (self.window_s * self.cores) if self.window_s > 0 else 0.0
+
+    @property
+    def contended(self) -> bool:
+        return self.others_share > OTHERS_SHARE_LIMIT or self.steal_share > STEAL_SHARE_LIMIT
+
+    def metrics(self) -> dict[str, float]:
+        figures = {"contention_others_cpu_share": self.others_share, "contention_steal_share": self.steal_share}
+        if self.load_average_1m is not None:
+            figures["load_average_1m"] = self.load_average_1m
+        return figures
+
+    def facts(self) -> dict[str, object]:
+        return {**asdict(self), "others_share": self.others_share, "steal_share": self.steal_share,
+                "contended": self.contended,
+                "rule": f"contended when other processes used > {OTHERS_SHARE_LIMIT:.0%} of the cores or steal > "
+                        f"{STEAL_SHARE_LIMIT:.0%} during the measured window"}
+
+
+class ContentionMeter:
+    """``start()`` at the beginning of the measured window, ``stop()`` at its end."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        self._root = psutil.Process(pid or os.getpid())
+        self._start: tuple[float, float, float, float] | None = None
+
+    def _read(self) -> tuple[float, float, float, float]:
+        times = psutil.cpu_times()
+        return time.monotonic(), _busy_seconds(times), _tree_cpu_seconds(self._root), getattr(times, "steal", 0.0)
+
+    def start(self) -> None:
+        self._start = self._read()
+
+    def stop(self) -> Contention | None:
+        if self._start is None:
+            return None
+        wall0, busy0, own0, steal0 = self._start
+        wall1, busy1, own1, steal1 = self._read()
+        own = max(0.0, own1 - own0)
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = None
+        return Contention(window_s=wall1 - wall0, cores=psutil.cpu_count() or 1,
+                          others_cpu_s=max(0.0, (busy1 - busy0) - own), own_cpu_s=own,
+                          steal_s=max(0.0, steal1 - steal0), load_average_1m=load)

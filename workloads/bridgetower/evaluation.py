@@ -1,0 +1,64 @@
+"""Quality: image <-> text retrieval over held-out pairs, the way contrastive models are judged.
+
+Every held-out pair goes through the model once (no gradients, on the device, the run's precision); its text and
+image embeddings (the contrastive heads' outputs, normalized) form an N x N similarity matrix. Recall@k from text
+to image is the share of texts whose own image ranks among the k most similar images; image to text likewise.
+A tie counts against the model (the rank of the right answer is the number of others scoring at least as high), so
+a collapsed model that gives every pair the same score has recall@1 of 0, not 1. ``eval_accuracy`` (MLPerf's key)
+is the mean of the two recall@1 values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable, Iterable
+
+import torch
+
+RECALL_KS = (1, 5)
+
+
+def retrieval_recall(text_embeds: torch.Tensor, image_embeds: torch.Tensor, ks: Iterable[int] = RECALL_KS
+                     ) -> dict[str, float]:
+    """Recall@k both ways for pairs ``(text_embeds[i], image_embeds[i])``; ``eval_accuracy`` = mean recall@1."""
+    if text_embeds.shape != image_embeds.shape or text_embeds.ndim != 2 or len(text_embeds) < 2:
+        raise ValueError(f"need two (N >= 2, D) embedding matrices, got {tuple(text_embeds.shape)} and "
+                         f"{tuple(image_embeds.shape)}")
+    similarity = text_embeds.float() @ image_embeds.float().T
+    figures: dict[str, float] = {}
+    for direction, scores in (("text_to_image", similarity), ("image_to_text", similarity.T)):
+        own = scores.diagonal().unsqueeze(1)
+        ranks = (scores >= own).sum(dim=1) - 1  # others scoring at least as high as the right answer
+        for k in ks:
+            figures[f"eval_recall_at_{k}_{direction}"] = float((ranks < k).float().mean())
+    figures["eval_accuracy"] = (figures["eval_recall_at_1_text_to_image"]
+                                + figures["eval_recall_at_1_image_to_text"]) / 2
+    return figures
+
+
+@torch.no_grad()
+def embed_pairs(model: Any, batches: Iterable[dict[str, Any]], pixel_values: Callable[[dict[str, Any]], torch.Tensor],
+                to_device: Callable[[torch.Tensor], torch.Tensor], autocast: Callable[[], Any]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Text and image embeddings of every pair, in order (the model is switched to eval mode and back)."""
+    was_training = model.training
+    model.eval()
+    texts, images = [], []
+    try:
+        for batch in batches:
+            with autocast():
+                out = model(input_ids=to_device(batch["input_ids"]), attention_mask=to_device(batch["attention_mask"]),
+                            pixel_values=pixel_values(batch))
+            texts.append(out.text_embeds.float().cpu())
+            images.append(out.image_embeds.float().cpu())
+    finally:
+        model.train(was_training)
+    return torch.cat(texts), torch.cat(images)
+
+
+def held_out_indices(names: list[str], fraction: float = 0.1, minimum: int = 8) -> list[int]:
+    """A deterministic held-out split: the ``fraction`` of samples (at least ``minimum``) whose names hash lowest
+    (sha256), so it depends only on the dataset, never on the seed or the machine."""
+    count = min(len(names), max(minimum, round(fraction * len(names))))
+    order = sorted(range(len(names)), key=lambda i: hashlib.sha256(names[i].encode()).hexdigest())
+    return sorted(order[:count])
