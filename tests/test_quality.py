@@ -250,6 +250,11 @@ def test_audit_throughput_verdicts_come_from_intervals_and_contention():
     assert busy.verdict == INCONCLUSIVE and "recorded run was measured under contention" in busy.detail
     unknown = throughput_check("c", _run(100.0, 95.0, 105.0), _run(55.0, 50.0, 60.0, False), 0.1)
     assert unknown.verdict == INCONCLUSIVE  # contention not recorded: no verdict either way
+    # non-overlapping intervals within the band the auditor allows pass, and say so; outside it they do not
+    drift = _run(72.0, 70.0, 74.0, False)  # -28 %, as two uncontended runs of 2 loader workers on 2 cores did in CI
+    assert throughput_check("c", recorded, drift, 0.1).verdict == FAIL
+    allowed = throughput_check("c", recorded, drift, 0.5)
+    assert allowed.verdict == PASS and "-28.0% is inside the allowed ±50% band" in allowed.detail
 
 
 def test_the_throughput_interval_narrows_with_steady_steps():

@@ -30,8 +30,9 @@ def add_parsers(sub: Any) -> None:
     audit.add_argument("--loss-rtol", type=float, default=DEFAULT_LOSS_RTOL,
                        help="relative loss tolerance across device kinds (default: %(default)s)")
     audit.add_argument("--throughput-tolerance", type=float, default=DEFAULT_THROUGHPUT_TOLERANCE,
-                       help="smallest throughput noise band, relative; 3 x the recorded CV when repeats were "
-                            "scored (default: %(default)s)")
+                       help="throughput change that passes even when the 95 %% intervals of the recorded run "
+                            "and the re-run do not overlap, relative; 3 x the recorded CV when repeats were scored "
+                            "and that is larger (default: %(default)s)")
     options.add_progress_option(audit)
     audit.set_defaults(func=cmd_audit)
 
