@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# One short device check on a machine with a GPU (or a Gaudi2): the tiny matrix on that device with the
-# CPU loader and the on-device decoding loader, 0 and 2 workers, fp32 and bf16, then the results table.
-#   scripts/device-check.sh            # the generic `cuda` adapter (any NVIDIA card; the card is recorded)
-#   scripts/device-check.sh h100       # refuses any card that is not an H100; a100, gaudi2 likewise
-# Needs a Python environment with this project and its extra for the device, e.g.
-#   pip install -e '.[cuda,test]'      (torch with CUDA, torchvision for nvJPEG, nvidia-ml-py)
+# The device check, on a fresh GPU or Gaudi2 machine with only pip access (details: scripts/device_check.py):
+#   bash scripts/device-check.sh [cuda|h100|a100|gaudi2]     # default cuda: any NVIDIA card, recorded
+# Prints the environment, stops with the adapter's reason (exit 3) where the device is absent, installs the extras
+# matching the installed torch, runs the tiny matrix (loaders cpu, cpu-fast, device, dali x workers 0, 2 x fp32, bf16,
+# plus hf-trainer), compare and bench-loader, writes $OUT/device-check.json, and exits 1 if any configuration FAILED.
+# Environment: PYTHON (default python3), OUT (results folder), STEPS (default 20), NO_INSTALL=1 (use the env as is).
 set -euo pipefail
-DEVICE="${1:-cuda}"
-OUT="${OUT:-suite-results/device-check-$(date +%Y%m%d-%H%M%S)}"
+HERE="$(cd "$(dirname "$0")" && pwd)"
 PYTHON="${PYTHON:-python3}"
-"$PYTHON" -m suite devices
-"$PYTHON" -m suite run --device "$DEVICE" --loader cpu,cpu-fast,device --workers 0,2 --precision fp32,bf16 \
-  --steps "${STEPS:-20}" --warmup-steps 3 --output "$OUT" --tracking-uri "sqlite:///$OUT/mlflow.db" --no-progress \
-  || echo "device-check: some configurations failed (reasons above and in $OUT/results.json)"
-"$PYTHON" -m suite compare "$OUT" --output "$OUT/plots" --tracking-uri "sqlite:///$OUT/mlflow.db"
-"$PYTHON" -m suite bench-loader --num-workers 2 --rounds 2 --output "$OUT"  # -> $OUT/bench-loader.json
-echo "device-check: results in $OUT"
+if ! "$PYTHON" -c "import suite, torch" 2>/dev/null; then
+  if [ -n "${NO_INSTALL:-}" ]; then
+    echo "device-check: FAILED: the suite is not installed in $PYTHON and NO_INSTALL is set" >&2
+    exit 2
+  fi
+  echo "device-check: installing the suite (and torch) into $PYTHON"
+  "$PYTHON" -m pip install --quiet -e "$HERE/.."
+fi
+exec "$PYTHON" "$HERE/device_check.py" ${NO_INSTALL:+--no-install} "$@"

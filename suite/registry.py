@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING
 from suite.errors import SuiteError, UnknownPluginError
 
 if TYPE_CHECKING:
+    from suite.decoders.base import Decoder
     from suite.devices.base import DeviceAdapter
     from suite.workload import Workload
 
 WORKLOADS_GROUP = "suite.workloads"
 DEVICES_GROUP = "suite.devices"
+DECODERS_GROUP = "suite.decoders"
 
 
 def _group(group: str) -> dict[str, EntryPoint]:
@@ -57,3 +59,8 @@ def load_workload(name: str) -> type["Workload"]:
 def load_device(name: str) -> type["DeviceAdapter"]:
     """The device adapter class registered as ``name``; raises :class:`UnknownPluginError` listing names."""
     return _load(DEVICES_GROUP, "device", name)
+
+
+def load_decoder(name: str) -> type["Decoder"]:
+    """The image decoder registered as ``name``; raises :class:`UnknownPluginError` listing names."""
+    return _load(DECODERS_GROUP, "decoder", name)

@@ -7,6 +7,8 @@ from PIL import Image
 from suite.devices.cpu import CPUAdapter
 from suite.errors import ConfigError
 
+pytestmark = pytest.mark.mechanics  # nothing here depends on the transformers line
+
 
 @pytest.fixture
 def cpu():
@@ -57,7 +59,7 @@ def test_decode_images_converts_modes_to_rgb(cpu):
         buf = io.BytesIO()
         Image.new(mode, (20, 10)).save(buf, format="PNG" if mode in ("P", "RGBA") else "JPEG")
         encoded.append(buf.getvalue())
-    images = cpu.decode_images(encoded)
+    images = cpu.decoder_for("device")(encoded, 64, (0.5,) * 3, (0.5,) * 3)  # Pillow, in the training process
     assert [tuple(i.shape) for i in images] == [(3, 10, 20)] * 5
     assert all(i.dtype == torch.uint8 for i in images)
 

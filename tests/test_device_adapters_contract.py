@@ -1,9 +1,20 @@
 """Contract tests for the CUDA (cuda/h100/a100) and Gaudi2 adapters, with STAND-IN modules.
 
-No GPU or Gaudi exists here: ``torch.cuda``'s functions, ``pynvml``, ``torchvision.io`` and the whole
-``habana_frameworks`` / ``optimum.habana`` tree are replaced by recording stand-ins. The tests check that
-each adapter calls the documented APIs for availability, sync, seeding, memory and decoding, and that an
-unavailable device becomes a FAILED run with the reason, never another device.
+No GPU or Gaudi exists here. What each stand-in models:
+
+* ``torch.cuda``'s own functions (torch 2.13's ``torch/cuda/__init__.py`` and ``memory.py``: ``get_device_name``,
+  ``max_memory_allocated``...) are monkeypatched on the installed torch, so their names are checked by monkeypatch
+  itself (``raising=True``); card names are the strings CUDA reports for those products.
+* ``pynvml``: nvidia-ml-py 12.x (``pynvml.py``: ``nvmlDeviceGetComputeRunningProcesses`` returns objects with
+  ``pid`` and ``usedGpuMemory``, ``nvmlDeviceGetMemoryInfo`` one with ``used``, bytes).
+* ``torchvision.io``: torchvision 0.28 (``decode_jpeg(list[Tensor], mode=ImageReadMode.RGB, device="cuda")``), which
+  does not import beside torch 2.13 here.
+* ``habana_frameworks.torch``: Intel Gaudi's PyTorch bridge 1.21 (not on PyPI, so no installed copy to check):
+  ``hpu.*``, ``core.mark_step``, ``hpex.optimizers.FusedAdamW``, ``hpex.normalization.FusedClipNorm`` and
+  ``utils.internal.is_lazy()``, which reports the mode the bridge runs.
+
+The tests check that each adapter calls those APIs for availability, sync, seeding, memory and decoding, and that
+an unavailable device becomes a FAILED run with the reason, never another device.
 """
 
 import sys
@@ -92,7 +103,8 @@ def test_cuda_contract_sync_seed_memory_and_facts(standin_cuda, monkeypatch):
     assert ("manual_seed_all", 7) in calls
     adapter.reset_peak_memory()
     memory = adapter.peak_memory()
-    assert memory.peak_bytes == 123 * 2**20 and memory.source == "torch.cuda.max_memory_allocated"
+    assert memory.peak_bytes == 123 * 2**20
+    assert memory.source == "torch.cuda.max_memory_allocated; driver view: NVML, this process"
     assert memory.extra == {"reserved_peak": 200 * 2**20, "nvml_process_used_at_end": 300 * 2**20}
     info = adapter.device_info()
     assert info["device_name"] == "NVIDIA H100 80GB HBM3" and info["driver_version"] == "570.86"
@@ -108,30 +120,115 @@ def test_cuda_contract_sync_seed_memory_and_facts(standin_cuda, monkeypatch):
 
 
 def test_cuda_contract_decodes_a_batch_with_nvjpeg_and_refuses_non_jpeg(standin_cuda, monkeypatch):
+    from suite.decoders.base import DecodeError
+
     calls, _, _ = standin_cuda
     adapter = _set_up(CUDAAdapter(), monkeypatch)
-    images = adapter.decode_images([b"\xff\xd8a", b"\xff\xd8b"])
+    decoder = adapter.decoder_for("device")
+    assert decoder.name == "nvjpeg" and adapter.decoder_for("dali").name == "dali"
+    images = decoder([b"\xff\xd8a", b"\xff\xd8b"], 8, (0.5,) * 3, (0.25,) * 3)
     assert len(images) == 2 and ("decode_jpeg", 2, "RGB", "cuda:0") in calls  # one call per batch
-    with pytest.raises(SuiteError, match="nvJPEG decodes JPEG only; image 1"):
-        adapter.decode_images([b"\xff\xd8a", b"\x89PNG"])
+    with pytest.raises(DecodeError, match="nvJPEG decodes JPEG only") as failure:
+        decoder([b"\xff\xd8a", b"\x89PNG"], 8, (0.5,) * 3, (0.25,) * 3)
+    assert failure.value.image_index == 1
 
 
 def test_cuda_contract_model_adapters_refuse_other_cards(standin_cuda):
     _, state, _ = standin_cuda
     state["name"] = "NVIDIA H200"
     assert not H100Adapter.availability().available
-    assert H100Adapter.availability().reason == "device is NVIDIA H200, not H100"
-    assert A100Adapter.availability().reason == "device is NVIDIA H200, not A100"
+    assert H100Adapter.availability().reason.startswith("device is NVIDIA H200, not a known H100 (known: ")
+    assert A100Adapter.availability().reason.startswith("device is NVIDIA H200, not a known A100")
     assert CUDAAdapter.availability().available  # the generic adapter takes any card, and records it
-    with pytest.raises(DeviceUnavailableError, match="not H100"):
+    with pytest.raises(DeviceUnavailableError, match="not a known H100"):
         H100Adapter().setup()
+
+
+@pytest.mark.parametrize("name, h100, a100", [
+    ("NVIDIA H100 80GB HBM3", True, False), ("NVIDIA H100 PCIe", True, False), ("NVIDIA H100 NVL", True, False),
+    ("NVIDIA A100-SXM4-80GB", False, True), ("NVIDIA A100 80GB PCIe", False, True),
+    # substrings of product names are not products (defect 8: "A100" in "RTX A1000", "H100" in "H100X")
+    ("NVIDIA RTX A1000", False, False), ("NVIDIA RTX A1000 6GB Laptop GPU", False, False),
+    ("NVIDIA H200 NVL", False, False), ("NVIDIA GeForce RTX 4090", False, False)])
+def test_cuda_cards_are_matched_by_exact_product_name(standin_cuda, name, h100, a100):
+    _, state, _ = standin_cuda
+    state["name"] = name
+    assert H100Adapter.availability().available is h100
+    assert A100Adapter.availability().available is a100
+    if not a100:
+        assert A100Adapter.availability().reason.startswith(f"device is {name}, not a known A100")
 
 
 def test_cuda_peak_flops_table():
     assert peak_bf16_flops("NVIDIA A100-SXM4-80GB") == 312e12
     assert peak_bf16_flops("NVIDIA H100 PCIe") == 756e12
     assert peak_bf16_flops("NVIDIA H100 80GB HBM3") == pytest.approx(989.4e12)
+    assert peak_bf16_flops("NVIDIA H200 NVL") == 835e12  # not the SXM H200's 989.4 (MFU would read 16 % low)
+    assert peak_bf16_flops("NVIDIA RTX A1000") is None  # not an A100: no 312 TFLOP/s
     assert peak_bf16_flops("NVIDIA GeForce RTX 4090") is None  # unknown: no MFU, never a guess
+
+
+def test_nvml_without_this_process_falls_back_to_the_device_figure_named_as_such(standin_cuda, monkeypatch):
+    """In a container NVML lists host PIDs, so this process is not found (defect 10)."""
+    import sys as _sys
+
+    nvml = _sys.modules["pynvml"]
+    monkeypatch.setattr(nvml, "nvmlDeviceGetComputeRunningProcesses", lambda h: [
+        types.SimpleNamespace(pid=4242424, usedGpuMemory=300 * 2**20)], raising=False)
+    nvml.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=7 * 2**30, total=80 * 2**30)
+    adapter = H100Adapter()
+    adapter.setup()
+    memory = adapter.peak_memory()
+    assert memory.extra == {"reserved_peak": 200 * 2**20, "nvml_device_used_at_end": 7 * 2**30}
+    assert "NVML lists no process with this PID" in memory.source and "whole device" in memory.source
+
+    def broken(handle):
+        raise RuntimeError("NVML_ERROR_NO_PERMISSION")
+    nvml.nvmlDeviceGetComputeRunningProcesses = broken
+    memory = adapter.peak_memory()
+    assert "nvml" not in " ".join(memory.extra) and "not read: NVML failed (RuntimeError: NVML_ERROR" in memory.source
+
+
+def test_a_single_process_cuda_configuration_sees_one_gpu(monkeypatch):
+    """Defect 7: without the pin, the transformers Trainer wraps the model in nn.DataParallel over all GPUs."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert H100Adapter.child_environment(1) == {"CUDA_VISIBLE_DEVICES": "0"}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert CUDAAdapter.child_environment(1) == {"CUDA_VISIBLE_DEVICES": "3"}  # the first of those allowed
+    assert CUDAAdapter.child_environment(8) == {}  # torchrun: one rank per GPU, LOCAL_RANK picks it
+    from suite.devices.cpu import CPUAdapter
+
+    assert CPUAdapter.child_environment(1) == {}
+
+
+def test_a_trainer_that_would_spread_over_gpus_is_refused():
+    from workloads.bridgetower.trainer_engine import refuse_data_parallel
+
+    with pytest.raises(SuiteError, match="sees 8 GPUs and would run nn.DataParallel over them"):
+        refuse_data_parallel(types.SimpleNamespace(n_gpu=8))
+    refuse_data_parallel(types.SimpleNamespace(n_gpu=1))  # one device: fine
+
+
+def test_the_trainer_on_this_machine_sees_no_gpu_and_passes_the_check():
+    """The check reads the real TrainingArguments.n_gpu attribute of the installed transformers."""
+    from transformers import TrainingArguments
+
+    from workloads.bridgetower.trainer_engine import refuse_data_parallel
+
+    args = TrainingArguments(output_dir="/tmp/unused", use_cpu=True, report_to=[])
+    assert args.n_gpu == 0
+    refuse_data_parallel(args)
+
+
+def test_memory_limit_is_refused_on_cuda_devices_before_anything_runs(tmp_path, capsys):
+    """Defect 11: RLIMIT_AS and the CUDA driver's address-space reservation make every run fail 'out of memory'."""
+    code = main(["run", "--device", "h100", "--memory-limit", "20", "--workers", "0", "--steps", "1",
+                 "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--memory-limit caps the address space (RLIMIT_AS)" in err
+    assert "leave --memory-limit out for device h100" in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_cuda_reasons_on_this_machine():
@@ -142,9 +239,9 @@ def test_cuda_reasons_on_this_machine():
 
 @pytest.fixture
 def standin_habana(monkeypatch):
-    """A stand-in habana_frameworks / optimum.habana / habana-media-loader / pyhlml tree that records calls."""
+    """A stand-in habana_frameworks.torch (bridge 1.21) / optimum.habana / pyhlml tree that records calls."""
     calls = Calls()
-    state = {"name": "GAUDI2", "lazy": "1"}
+    state = {"name": "GAUDI2", "lazy": True}
 
     def module(name, **attrs):
         mod = types.ModuleType(name)
@@ -174,7 +271,9 @@ def standin_habana(monkeypatch):
     optimizers = module("habana_frameworks.torch.hpex.optimizers", FusedAdamW=FusedAdamW)
     normalization = module("habana_frameworks.torch.hpex.normalization", FusedClipNorm=FusedClipNorm)
     hpex = module("habana_frameworks.torch.hpex", optimizers=optimizers, normalization=normalization)
-    torch_pkg = module("habana_frameworks.torch", hpu=hpu, core=core, hpex=hpex, __version__="1.21.0")
+    internal = module("habana_frameworks.torch.utils.internal", is_lazy=lambda: state["lazy"])
+    utils = module("habana_frameworks.torch.utils", internal=internal)
+    torch_pkg = module("habana_frameworks.torch", hpu=hpu, core=core, hpex=hpex, utils=utils, __version__="1.21.0")
     module("habana_frameworks", torch=torch_pkg)
     module("habana_frameworks.torch.distributed")
     module("habana_frameworks.torch.distributed.hccl")
@@ -185,7 +284,7 @@ def standin_habana(monkeypatch):
            adapt_transformers_to_gaudi=lambda: calls.record("adapt_transformers_to_gaudi"))
     module("pyhlml", hlmlInit=lambda: None, hlmlDeviceGetHandleByIndex=lambda i: i,
            hlmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=6 * 2**30))
-    monkeypatch.setenv("PT_HPU_LAZY_MODE", state["lazy"])
+    monkeypatch.delenv("PT_HPU_LAZY_MODE", raising=False)  # the mode is the bridge's answer, not this variable
     monkeypatch.setattr(torch, "device", lambda *a: types.SimpleNamespace(type="hpu", index=None,
                                                                           __str__=lambda self: "hpu"))
     return calls, state
@@ -204,9 +303,10 @@ def test_gaudi2_contract_lazy_mode_sync_seed_memory_and_optimizer(standin_habana
     adapter.prepare_framework()
     assert ("adapt_transformers_to_gaudi",) in calls
     params = [torch.nn.Parameter(torch.ones(2))]
-    optimizer, description = adapter.make_optimizer(params, lr=1e-5, eps=1e-8, weight_decay=0.0)
+    ops = adapter.training_ops()
+    optimizer, description = ops.make_optimizer(params, lr=1e-5, eps=1e-8, weight_decay=0.0)
     assert isinstance(optimizer, torch.optim.Optimizer) and description.startswith("habana_frameworks")
-    adapter.clip_grad_norm(params, 1.0)
+    ops.clip_grad_norm(params, 1.0)
     assert ("FusedClipNorm", 1.0) in calls and ("clip_norm",) in calls
     adapter.reset_peak_memory()
     memory = adapter.peak_memory()
@@ -216,18 +316,50 @@ def test_gaudi2_contract_lazy_mode_sync_seed_memory_and_optimizer(standin_habana
     assert params_recorded["hpu.mode"] == "lazy" and "FusedAdamW" in params_recorded["hpu.optimizer"]
     info = adapter.device_info()
     assert info["peak_bf16_flops"] == GAUDI2_PEAK_BF16_FLOPS and info["device_count"] == 8
-    assert adapter.distributed_backend == "hccl"
+    assert info["hpu_mode"] == "lazy" and adapter.distributed_backend == "hccl"
+    assert adapter.decoder_for("device").name == "habana-media-pipe" and "dali" not in adapter.supported_loaders
 
 
-def test_gaudi2_contract_eager_mode_has_no_mark_step(standin_habana, monkeypatch):
-    calls, _ = standin_habana
-    monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")
+def test_gaudi2_mode_is_the_bridges_answer_not_an_unset_variable(standin_habana, monkeypatch):
+    """Defect 6: current Habana stacks run eagerly when PT_HPU_LAZY_MODE is unset; the suite used to assume lazy."""
+    calls, state = standin_habana
+    state["lazy"] = False
     adapter = Gaudi2Adapter()
     adapter.setup()
     adapter.synchronize()
     adapter.step_boundary()
     assert ("mark_step",) not in calls and ("hpu.synchronize",) in calls
-    assert adapter.run_params()["hpu.mode"] == "eager"
+    assert adapter.run_params()["hpu.mode"] == "eager" and adapter.device_info()["hpu_mode"] == "eager"
+    monkeypatch.delitem(sys.modules, "habana_frameworks.torch.utils.internal")
+    monkeypatch.setitem(sys.modules, "habana_frameworks.torch.utils.internal", None)
+    from suite.devices.gaudi2 import hpu_mode
+
+    with pytest.raises(SuiteError, match="cannot ask the Habana bridge which execution mode runs"):
+        hpu_mode()
+
+
+def test_gaudi2_trainer_config_runs_fp32_as_fp32_and_the_bridges_mode(standin_habana, monkeypatch):
+    """Defect 5: optimum-habana's trainer enables autocast whenever the Gaudi config's use_torch_autocast is set,
+    whatever bf16 says (optimum/habana/transformers/trainer.py 1.21); the config must ask for it only for bf16."""
+    from workloads.bridgetower.trainer_engine import _gaudi_trainer, gaudi_config_kwargs
+
+    _, state = standin_habana
+    made = []
+
+    class GaudiConfig:
+        def __init__(self, **kwargs):
+            made.append(kwargs)
+
+    sys.modules["optimum.habana"].GaudiConfig = GaudiConfig
+    sys.modules["optimum.habana"].GaudiTrainer = object
+    assert gaudi_config_kwargs("fp32")["use_torch_autocast"] is False
+    assert gaudi_config_kwargs("bf16")["use_torch_autocast"] is True
+    state["lazy"] = False
+    adapter = Gaudi2Adapter()
+    adapter.setup()
+    _, args = _gaudi_trainer({"per_device_train_batch_size": 8}, "fp32", adapter)
+    assert made == [{"use_fused_adam": True, "use_fused_clip_norm": True, "use_torch_autocast": False}]
+    assert args["use_lazy_mode"] is False and args["use_habana"] is True
 
 
 def test_gaudi2_contract_refuses_another_card_and_reports_a_missing_stack(standin_habana, monkeypatch):
@@ -238,62 +370,6 @@ def test_gaudi2_contract_refuses_another_card_and_reports_a_missing_stack(standi
         monkeypatch.setitem(sys.modules, name, None)  # importing it now raises ImportError
     reason = Gaudi2Adapter.availability().reason
     assert reason.startswith("habana_frameworks not installed") and "not from PyPI" in reason
-
-
-def test_gaudi2_contract_device_loader_runs_the_media_pipe(standin_habana, monkeypatch):
-    """The media pipe is built once per batch shape from habana-media-loader's documented pieces and fed
-    the batch's bytes through its external queue."""
-    calls, _ = standin_habana
-    built = []
-
-    class MediaPipe:
-        def __init__(self, device, prefetch_depth, batch_size, num_threads, pipe_name):
-            calls.record("MediaPipe", device, batch_size)
-
-        def build(self):
-            built.append(self.definegraph())
-
-    class Node:
-        def __init__(self, name, **kwargs):
-            self.name, self.kwargs = name, kwargs
-
-        def __call__(self, *inputs):
-            return (self.name, inputs)
-
-    fn = types.SimpleNamespace(**{n: (lambda n: lambda **kw: Node(n, **kw))(n) for n in (
-        "ReadMediaDatasetFromExt", "ImageDecoder", "MediaConst", "CropMirrorNorm")})
-    feeds = []
-
-    class Iterator:
-        def __init__(self, mediapipe):
-            self.queue = mediapipe.read.kwargs["ext_queue"]
-
-        def __next__(self):
-            batch = self.queue.get_nowait()
-            feeds.append(batch)
-            return (torch.zeros(len(batch), 3, 8, 8),)
-
-    def module(name, **attrs):
-        mod = types.ModuleType(name)
-        mod.__dict__.update(attrs)
-        monkeypatch.setitem(sys.modules, name, mod)
-
-    module("habana_frameworks.mediapipe", fn=fn)
-    module("habana_frameworks.mediapipe.mediapipe", MediaPipe=MediaPipe)
-    module("habana_frameworks.mediapipe.media_types", dtype=types.SimpleNamespace(FLOAT32="f32"),
-           ftype=types.SimpleNamespace(BICUBIC="bicubic"), imgtype=types.SimpleNamespace(RGB_P="rgb_p"),
-           randomCropType=types.SimpleNamespace(CENTER_CROP="center"))
-    module("habana_frameworks.mediapipe.plugins")
-    module("habana_frameworks.mediapipe.plugins.iterator_pytorch", HPUGenericPytorchIterator=Iterator)
-    adapter = Gaudi2Adapter()
-    adapter.setup()
-    out = adapter.device_preprocess([b"\xff\xd8a", b"\xff\xd8b"], 8, (0.5,) * 3, (0.25,) * 3)
-    assert tuple(out.shape) == (2, 3, 8, 8)
-    assert [bytes(a) for a in feeds[0]] == [b"\xff\xd8a", b"\xff\xd8b"]
-    adapter.device_preprocess([b"\xff\xd8c", b"\xff\xd8d"], 8, (0.5,) * 3, (0.25,) * 3)
-    assert sum(1 for c in calls if c[0] == "MediaPipe") == 1  # built once, reused per batch
-    (graph,) = built
-    assert graph[0] == "CropMirrorNorm" and graph[1][0][0] == "ImageDecoder"
 
 
 # --- the matrix: an unavailable device is a FAILED configuration with its reason -----------------
@@ -311,92 +387,3 @@ def test_unavailable_devices_fail_with_their_reason_and_the_matrix_goes_on(tmp_p
     assert "habana_frameworks not installed" in results["gaudi2"]["reason"]
     m = results["cpu"]["metrics"]
     assert m["model_flops_per_step"] > 0 and m["model_flops_per_s"] > 0 and "mfu_bf16_peak" not in m
-
-
-# --- the dali loader -----------------------------------------------------------------------------
-
-@pytest.fixture
-def standin_dali(monkeypatch):
-    """A stand-in nvidia.dali: records the pipeline graph, the fed bytes and the copy into torch."""
-    record = {"graph": [], "fed": [], "copied": 0, "built": 0}
-
-    def op(name):
-        def call(*inputs, **kwargs):
-            record["graph"].append((name, kwargs))
-            return name
-        return call
-
-    fn = types.SimpleNamespace(external_source=op("external_source"), resize=op("resize"),
-                               crop_mirror_normalize=op("crop_mirror_normalize"),
-                               decoders=types.SimpleNamespace(image=op("decoders.image")))
-    dali_types = types.SimpleNamespace(UINT8="u8", RGB="rgb", INTERP_CUBIC="cubic", FLOAT="f32")
-
-    class Pipe:
-        def __init__(self, graph, kwargs):
-            self.kwargs = kwargs
-            graph()
-
-        def build(self):
-            record["built"] += 1
-
-        def feed_input(self, name, arrays):
-            record["fed"].append((name, [bytes(a) for a in arrays]))
-            self.n = len(arrays)
-
-        def run(self):
-            tensor = types.SimpleNamespace(shape=lambda: (self.n, 3, 8, 8))
-            return (types.SimpleNamespace(as_tensor=lambda: tensor),)
-
-    def pipeline_def(**kwargs):
-        record["pipeline_kwargs"] = kwargs
-        return lambda graph: (lambda: Pipe(graph, kwargs))
-
-    def feed_ndarray(dali_tensor, out):
-        record["copied"] += 1
-        out.fill_(1.0)
-
-    for name, attrs in (("nvidia", {}), ("nvidia.dali", dict(fn=fn, pipeline_def=pipeline_def, types=dali_types)),
-                        ("nvidia.dali.plugin", {}), ("nvidia.dali.plugin.pytorch", dict(feed_ndarray=feed_ndarray))):
-        mod = types.ModuleType(name)
-        mod.__dict__.update(attrs)
-        monkeypatch.setitem(sys.modules, name, mod)
-    return record
-
-
-def test_dali_loader_contract_builds_the_pipeline_once_and_feeds_each_batch(standin_dali):
-    from suite.devices.cpu import CPUAdapter
-
-    adapter = CPUAdapter()
-    adapter.setup()
-    assert "dali" in adapter.supported_loaders and "dali" not in Gaudi2Adapter.supported_loaders
-    assert adapter.device_preprocess([b"\xff\xd8a"], 8, (0.5,) * 3, (0.25,) * 3) is None  # loader device
-    out = adapter.device_preprocess([b"\xff\xd8a", b"\xff\xd8b"], 8, (0.5,) * 3, (0.25,) * 3, loader="dali")
-    adapter.device_preprocess([b"\xff\xd8c", b"\xff\xd8d"], 8, (0.5,) * 3, (0.25,) * 3, loader="dali")
-    assert tuple(out.shape) == (2, 3, 8, 8) and out.dtype == torch.float32 and float(out.min()) == 1.0
-    assert standin_dali["built"] == 1 and standin_dali["copied"] == 2
-    assert standin_dali["fed"][0] == ("encoded", [b"\xff\xd8a", b"\xff\xd8b"])
-    assert standin_dali["pipeline_kwargs"] == {"batch_size": 2, "num_threads": 2, "device_id": None}
-    graph = dict(standin_dali["graph"])
-    assert graph["decoders.image"]["device"] == "cpu"  # the CPU device: DALI's CPU decoder
-    assert graph["resize"] == {"resize_shorter": 8, "interp_type": "cubic", "antialias": True}
-    assert graph["crop_mirror_normalize"]["mean"] == [127.5] * 3 and graph["crop_mirror_normalize"]["std"] == [63.75] * 3
-
-
-def test_dali_loader_contract_decodes_on_the_gpu_for_cuda_adapters(standin_dali, standin_cuda):
-    adapter = CUDAAdapter()
-    adapter.setup()
-    from suite.devices.dali import DaliPreprocessor
-
-    DaliPreprocessor(2, 8, (0.5,) * 3, (0.25,) * 3, adapter.dali_device_id())
-    assert standin_dali["pipeline_kwargs"]["device_id"] == 0
-    assert dict(standin_dali["graph"])["decoders.image"]["device"] == "mixed"  # nvJPEG through DALI
-
-
-@pytest.mark.e2e
-def test_dali_loader_without_dali_fails_with_the_install_hint(tmp_path):
-    code = main(["run", "--loader", "dali", "--workers", "0", "--steps", "1", "--warmup-steps", "0",
-                 "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"])
-    assert code == 1
-    (run,) = runs_of(tmp_path / "out")
-    assert run["status"] == "FAILED"
-    assert run["reason"].startswith("the dali loader needs NVIDIA DALI: pip install 'suite-bench[dali]'")

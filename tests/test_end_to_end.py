@@ -175,6 +175,7 @@ def test_interrupt_records_the_running_configuration_as_killed(tmp_path, sig, ex
     assert [p.info.status for p in parent] == ["KILLED"]
 
 
+@pytest.mark.mechanics
 def test_repeats_are_scored_and_nested_in_mlflow(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     code = main(["run", "--workers", "0", "--repeats", "3", "--steps", "3", "--warmup-steps", "1",

@@ -13,6 +13,8 @@ from suite.errors import DatasetError
 from workloads.bridgetower.data.catalog import open_source
 from workloads.bridgetower.data.sources import NEWYORKER_CONFIG, NEWYORKER_ID, NEWYORKER_REVISION
 
+pytestmark = pytest.mark.mechanics  # nothing here depends on the transformers line
+
 
 class StandInImage:
     def __init__(self, decode=True):

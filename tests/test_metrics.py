@@ -12,6 +12,8 @@ from suite.records.results import RunResult, StepStats
 from suite.trackers.timing import StepTimer, StepTiming
 from suite.workload import Workload
 
+pytestmark = pytest.mark.mechanics  # nothing here depends on the transformers line
+
 
 def test_step_stats_from_known_samples():
     times = tuple(float(t) for t in range(1, 101))  # 1..100 s

@@ -11,6 +11,8 @@ from suite.errors import UnknownPluginError
 from suite.registry import device_names, load_device, load_workload, workload_names
 from suite.workload import Workload
 
+pytestmark = pytest.mark.mechanics  # nothing here depends on the transformers line
+
 
 def test_builtins_are_found_through_entry_points():
     assert "bridgetower" in workload_names()

@@ -9,7 +9,7 @@ import pytest
 
 from suite.run.pytest_plugin import pytest_benchmark_update_machine_info
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.mechanics]
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("throughput_samples_per_s", "step_time_p50_s", "step_time_p90_s", "step_time_p99_s",
            "data_wait_fraction", "device_peak_memory_bytes", "host_ram_peak_rss_bytes", "host_ram_peak_pss_bytes")

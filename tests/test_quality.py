@@ -113,6 +113,7 @@ def loader_runs(tmp_path_factory):
 
 
 @pytest.mark.e2e
+@pytest.mark.mechanics
 def test_logs_of_every_loader_pass_the_stock_common_ruleset(loader_runs):
     folder, runs = loader_runs
     for run in runs:
@@ -164,6 +165,7 @@ def test_only_the_published_recipe_may_claim_the_closed_division(capsys, tmp_pat
 
 # --- quality target and time-to-train ------------------------------------------------------------------------
 @pytest.mark.e2e
+@pytest.mark.mechanics
 def test_a_target_never_reached_is_a_failed_run_with_its_best_figure(tmp_path):
     code = main(["run", "--workers", "0", "--steps", "2", "--warmup-steps", "1", "--target-quality", "0.99",
                  "--max-steps", "4", "--eval-every", "2", "--output", str(tmp_path / "out"),

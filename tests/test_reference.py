@@ -1,10 +1,13 @@
 """The reference data parses, carries provenance, and matches the `large` preset it describes."""
 
+import pytest
 import json
 from pathlib import Path
 
 from suite.config import RunConfig
 from workloads.bridgetower.presets import LARGE, LARGE_CHECKPOINT
+
+pytestmark = pytest.mark.mechanics  # nothing here depends on the transformers line
 
 REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 

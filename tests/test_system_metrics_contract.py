@@ -1,50 +1,109 @@
-"""Contract test of the HPU system-metrics monitor against a stand-in `pyhlml` module (no Gaudi here)."""
+"""The HPU system-metrics monitor against the REAL habana-pyhlml (installed with the test extra), with only
+``libhlml.so`` (the driver library pyhlml opens with ctypes, ``pyhlml/hlml_lib.py``) replaced: the stand-in fills
+the very ctypes structures pyhlml passes (``c_hlml_memory``: free/total/used in bytes; ``c_hlml_utilization.aip``;
+power in milliwatts, per pyhlml's docstrings) and returns HLML status codes, so pyhlml's own error handling runs."""
 
-import types
-
-from suite.recorders.system_metrics import HPUMonitor, hpu_monitor
+import logging
 
 import pytest
 
+from suite.recorders.system_metrics import HPUMonitor, hpu_monitor
+
+from pyhlml import hlml_lib, hlml_types  # the real package (test extra)
+
 pytestmark = pytest.mark.mechanics
+GiB = 2**30
 
 
-def stand_in_pyhlml(calls):
-    def record(name, value):
-        def fn(*args):
-            calls.append((name, args))
-            return value(*args) if callable(value) else value
-        return fn
+class FakeLibHLML:
+    """libhlml.so, as pyhlml 1.24 calls it: ``fn(device, byref(struct))`` and an HLML_RETURN status."""
 
-    return types.SimpleNamespace(
-        hlmlInit=record("hlmlInit", None),
-        hlmlShutdown=record("hlmlShutdown", None),
-        hlmlDeviceGetCount=record("hlmlDeviceGetCount", 2),
-        hlmlDeviceGetHandleByIndex=record("hlmlDeviceGetHandleByIndex", lambda i: f"handle{i}"),
-        # newer pyhlml returns a struct with .aip, older an int: device 0 struct, device 1 int
-        hlmlDeviceGetUtilizationRates=record(
-            "hlmlDeviceGetUtilizationRates",
-            lambda h: types.SimpleNamespace(aip=80) if h == "handle0" else 40),
-        hlmlDeviceGetMemoryInfo=record("hlmlDeviceGetMemoryInfo",
-                                       types.SimpleNamespace(total=96 * 2**30, used=24 * 2**30, free=72 * 2**30)),
-        hlmlDeviceGetPowerUsage=record("hlmlDeviceGetPowerUsage", 350_000),  # mW
-    )
+    def __init__(self, devices: int = 2, failing: set[str] = frozenset()) -> None:
+        self.devices, self.failing = devices, set(failing)
+        self.calls: list[str] = []
+
+    def _status(self, name: str) -> int:
+        self.calls.append(name)
+        codes = hlml_types.HLML_RETURN
+        return codes.HLML_ERROR_TIMEOUT if name in self.failing else codes.HLML_SUCCESS
+
+    def hlml_init(self):
+        return self._status("hlml_init")
+
+    def hlml_shutdown(self):
+        return self._status("hlml_shutdown")
+
+    def hlml_device_get_count(self, count):
+        count._obj.value = self.devices
+        return self._status("hlml_device_get_count")
+
+    def hlml_device_get_handle_by_index(self, index, device):
+        device._obj.value = 0x1000 + index
+        return self._status("hlml_device_get_handle_by_index")
+
+    def hlml_device_get_memory_info(self, device, memory):
+        memory._obj.total, memory._obj.used = 96 * GiB, 24 * GiB
+        memory._obj.free = memory._obj.total - memory._obj.used
+        return self._status("hlml_device_get_memory_info")
+
+    def hlml_device_get_utilization_rates(self, device, utilization):
+        utilization._obj.aip = 80 if device.value == 0x1000 else 40
+        return self._status("hlml_device_get_utilization_rates")
+
+    def hlml_device_get_power_usage(self, device, power):
+        power._obj.value = 350_000  # mW
+        return self._status("hlml_device_get_power_usage")
 
 
-def test_contract_hpu_monitor_reads_hlml_per_device():
-    calls = []
-    monitor = HPUMonitor(hlml=stand_in_pyhlml(calls))
+@pytest.fixture
+def libhlml(monkeypatch):
+    lib = FakeLibHLML()
+
+    def load(self):
+        self.lib = lib
+    monkeypatch.setattr(hlml_lib.LibHLML, "_load_lib", load)
+    return lib
+
+
+def test_hpu_monitor_reads_real_pyhlml_in_mlflows_units(libhlml):
+    monitor = HPUMonitor()
     monitor.collect_metrics()
     monitor.collect_metrics()
     metrics = monitor.aggregate_metrics()
     assert metrics["hpu_0_utilization_percentage"] == 80.0 and metrics["hpu_1_utilization_percentage"] == 40.0
-    assert metrics["hpu_0_memory_usage_megabytes"] == 24 * 1024.0
+    # bytes / 1e6, as MLflow's GPU monitor fills gpu_<i>_memory_usage_megabytes (not / 2**20: 4.9 % apart)
+    assert metrics["hpu_0_memory_usage_megabytes"] == round(24 * GiB / 1e6, 1) == 25769.8
     assert metrics["hpu_1_memory_usage_percentage"] == 25.0
-    assert metrics["hpu_0_power_watts"] == 350.0
-    assert calls[0] == ("hlmlInit", ()) and ("hlmlDeviceGetHandleByIndex", (1,)) in calls
+    assert metrics["hpu_0_power_usage_watts"] == 350.0
+    assert libhlml.calls[0] == "hlml_init"
     monitor.shutdown()
-    assert calls[-1] == ("hlmlShutdown", ())
+    assert libhlml.calls[-1] == "hlml_shutdown"
 
 
-def test_without_pyhlml_there_is_no_hpu_monitor():
-    assert hpu_monitor() is None  # pyhlml is not installed here
+def test_the_unit_is_mlflows():
+    import inspect
+
+    from mlflow.system_metrics.metrics import gpu_monitor
+
+    source = inspect.getsource(gpu_monitor.GPUMonitor.collect_metrics)
+    assert 'memory_usage_megabytes"].append(memory.used / 1e6)' in source  # the installed MLflow's own unit
+
+
+def test_an_hlml_error_loses_one_figure_not_the_monitor(libhlml, caplog):
+    """Defect 9: one HLML error used to kill the monitor thread; MLflow's GPU monitor catches per figure."""
+    monitor = HPUMonitor()
+    libhlml.failing = {"hlml_device_get_memory_info"}
+    with caplog.at_level(logging.WARNING):
+        monitor.collect_metrics()
+    libhlml.failing = set()
+    monitor.collect_metrics()
+    metrics = monitor.aggregate_metrics()
+    assert monitor.errors == 2  # memory of both devices in the first sample
+    assert metrics["hpu_0_power_usage_watts"] == 350.0 and metrics["hpu_0_memory_usage_megabytes"] == 25769.8
+    assert len(monitor._metrics["hpu_0_utilization_percentage"]) == 2
+    assert len(monitor._metrics["hpu_0_memory_usage_megabytes"]) == 1
+    assert "cannot read memory" in caplog.text and "HLML Error" in caplog.text
+
+
+def test_without_a_driver_there_is_no_hpu_monitor():
+    assert hpu_monitor() is None  # pyhlml is installed, libhlml.so is not: no monitor, and no crash

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from suite.cli import options
 from suite.cli.display import PlainProgress, RichProgress, print_results_table, print_scores_table, stamp
 from suite.config import FILE_RUN_OPTIONS, MatrixSpec, RunConfig, load_config_file, param_text
-from suite.errors import SuiteError
+from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_json_atomic
 from suite.records.results import FINISHED
 
@@ -169,6 +169,16 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
     workload_cls, resolved = resolve(spec)
     if configs is not None:  # same resolution (batch size from the preset) for a hand-made list
         resolved = [dataclasses.replace(c, batch_size=resolved[0].batch_size) for c in configs]
+    memory_limit = getattr(args, "memory_limit", None)
+    if memory_limit:
+        from suite.registry import load_device
+
+        for device in spec.devices:
+            if not load_device(device).address_space_limit_ok:
+                raise ConfigError(f"--memory-limit caps the address space (RLIMIT_AS), which the {device} driver "
+                                  "reserves far beyond the memory a process uses (the CUDA driver maps about twice "
+                                  "the GPU memory): every configuration would fail 'out of memory' falsely; leave "
+                                  f"--memory-limit out for device {device}")
     tracking_uri = args.tracking_uri or default_tracking_uri()
     check_reachable(tracking_uri)
     prepared = dict(workload_cls.prepare(resolved[0]))
@@ -184,7 +194,6 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
     params["memory_limit_gib"] = getattr(args, "memory_limit", None)
     params.update({f"prepared.{k}": v for k, v in prepared.items()})
     name = f"{spec.workload}-{spec.preset}-{when}" if kind == "matrix" else f"{kind}-{spec.workload}-{when}"
-    memory_limit = getattr(args, "memory_limit", None)
     info = MatrixInfo(name=name, workload=spec.workload, command=["suite", *argv], kind=kind,
                       repeats=getattr(args, "repeats", 1),
                       memory_limit_bytes=int(memory_limit * 2**30) if memory_limit else None,

@@ -1,8 +1,12 @@
 """The device adapter interface.
 
 One adapter per device kind (cpu, gaudi2, h100, a100, ...), each a small module registered in the
-``suite.devices`` entry-point group. The runner talks to devices only through this interface, so
-timing, seeding, memory accounting and on-device decoding are the same code path on every device.
+``suite.devices`` entry-point group. The runner talks to devices only through this interface, so timing,
+seeding and memory accounting are the same code path on every device. An adapter keeps to what a device is:
+availability with its reason, set-up and teardown, synchronization, memory, seeding, autocast, the distributed
+backend and its facts. Image decoding on the device is a family of its own (:mod:`suite.decoders`): an adapter
+only names the decoder of each loader kind (:attr:`DeviceAdapter.decoders`). A device's own optimizer and
+gradient clipping (Habana's fused ones) sit behind one optional hook, :meth:`DeviceAdapter.training_ops`.
 
 Rules every adapter follows:
 
@@ -19,7 +23,7 @@ import contextlib
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, ContextManager, Sequence
+from typing import Any, ClassVar, ContextManager, Mapping
 
 from suite.errors import ConfigError, DeviceUnavailableError
 
@@ -47,6 +51,24 @@ class DeviceMemory:
     extra: dict[str, int] = field(default_factory=dict)
 
 
+class TrainingOps:
+    """The optimizer and the gradient clipping a device runs: torch's AdamW and ``clip_grad_norm_`` here; a device
+    with its own (Habana's fused ones) returns another from :meth:`DeviceAdapter.training_ops`."""
+
+    def make_optimizer(self, params: Any, lr: float, eps: float, weight_decay: float) -> tuple[Any, str]:
+        """AdamW for ``params`` and a description of which implementation runs (recorded with the run)."""
+        import torch
+
+        optimizer = torch.optim.AdamW(params, lr=lr, eps=eps, weight_decay=weight_decay)
+        return optimizer, f"torch.optim.AdamW(lr={lr}, eps={eps}, weight_decay={weight_decay})"
+
+    def clip_grad_norm(self, params: Any, max_norm: float) -> None:
+        """Clip the global gradient norm of ``params`` to ``max_norm``."""
+        import torch
+
+        torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+
 class DeviceAdapter(ABC):
     """Everything the suite needs from one kind of device."""
 
@@ -56,16 +78,28 @@ class DeviceAdapter(ABC):
     description: ClassVar[str]
     #: torch.distributed backend for multi-device runs (gloo, nccl, hccl).
     distributed_backend: ClassVar[str]
-    #: Loaders this device supports (see :data:`suite.config.LOADERS`).
-    supported_loaders: ClassVar[tuple[str, ...]] = ("cpu", "cpu-fast", "device", "dali")
+    #: The decoder (``suite.decoders`` entry point) serving each on-device loader kind (``device``, ``dali``).
+    decoders: ClassVar[Mapping[str, str]] = {}
+    #: Loaders this device supports: the worker-side ones, and those it has a decoder for (derived).
+    supported_loaders: ClassVar[tuple[str, ...]] = ("cpu", "cpu-fast")
+    #: Whether ``--memory-limit`` (RLIMIT_AS) can apply: False where the device's driver reserves address space
+    #: far beyond what the process uses (the CUDA driver maps about twice the GPU memory).
+    address_space_limit_ok: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.supported_loaders = ("cpu", "cpu-fast", *cls.decoders)
+
+    @classmethod
+    def child_environment(cls, nproc_per_node: int) -> dict[str, str]:
+        """Environment variables the configuration process needs, set by the runner before it starts (e.g. the one
+        GPU a single-process configuration may see)."""
+        return {}
 
     def __init__(self, local_rank: int = 0) -> None:
         self.local_rank = local_rank
         self._device: Any = None
-        self._dali: Any = None  # the DALI pipeline of loader ``dali``, built on first use
-        #: Which on-device decoder last produced a batch ("dali", "nvjpeg", "habana-media-pipe", "pillow"), set by
-        #: the code that ran it: what the workload reports as observed.
-        self.decoded_by: str | None = None
+        self._decoders: dict[str, Any] = {}
 
     # --- identity and availability -------------------------------------------------------
     @classmethod
@@ -100,7 +134,10 @@ class DeviceAdapter(ABC):
         return self._device
 
     def teardown(self) -> None:
-        """Release what :meth:`setup` claimed."""
+        """Release what :meth:`setup` claimed (and the decoders built since)."""
+        for decoder in self._decoders.values():
+            decoder.close()
+        self._decoders.clear()
 
     # --- execution -------------------------------------------------------------------------
     @abstractmethod
@@ -118,18 +155,9 @@ class DeviceAdapter(ABC):
         """Move a model to the device; adapters may also wrap it (e.g. HPU graphs)."""
         return model.to(self.torch_device)
 
-    def make_optimizer(self, params: Any, lr: float, eps: float, weight_decay: float) -> tuple[Any, str]:
-        """AdamW for ``params`` and a description of which implementation runs (recorded with the run)."""
-        import torch
-
-        optimizer = torch.optim.AdamW(params, lr=lr, eps=eps, weight_decay=weight_decay)
-        return optimizer, f"torch.optim.AdamW(lr={lr}, eps={eps}, weight_decay={weight_decay})"
-
-    def clip_grad_norm(self, params: Any, max_norm: float) -> None:
-        """Clip the global gradient norm of ``params`` to ``max_norm``."""
-        import torch
-
-        torch.nn.utils.clip_grad_norm_(params, max_norm)
+    def training_ops(self) -> TrainingOps:
+        """The optimizer and gradient clipping this device runs (torch's unless the device has its own)."""
+        return TrainingOps()
 
     def run_params(self) -> dict[str, str]:
         """How the device runs (e.g. HPU lazy or eager mode), recorded as MLflow params of the run."""
@@ -194,26 +222,13 @@ class DeviceAdapter(ABC):
         """Peak device memory since :meth:`reset_peak_memory`, or ``None`` if it cannot be read."""
 
     # --- on-device image decoding -----------------------------------------------------------
-    @abstractmethod
-    def decode_images(self, encoded: Sequence[bytes]) -> list[Any]:
-        """Decode encoded images (JPEG, PNG...) to uint8 RGB tensors of shape (3, H, W) on the device."""
+    def decoder_for(self, loader: str) -> Any:
+        """The decoder (one instance per configuration) that serves ``loader`` on this device."""
+        if loader not in self.decoders:
+            raise ConfigError(f"loader {loader!r} has no decoder on {self.name}; supported: "
+                              f"{', '.join(self.supported_loaders)}")
+        if loader not in self._decoders:
+            from suite.registry import load_decoder
 
-    def device_preprocess(self, encoded: Sequence[bytes], image_size: int, mean: Sequence[float],
-                          std: Sequence[float], loader: str = "device") -> Any:
-        """Decode *and* preprocess a batch in one pipeline (Gaudi's media pipe; NVIDIA DALI for loader
-        ``dali``), returning normalized float32 ``(N, 3, size, size)`` on the device; ``None`` means: use
-        :meth:`decode_images` and the workload's own preprocessing on the device."""
-        if loader != "dali":
-            return None
-        from suite.devices.dali import DaliPreprocessor
-
-        dali = self._dali
-        if dali is None or (dali.batch_size, dali.image_size) != (len(encoded), image_size):
-            dali = self._dali = DaliPreprocessor(len(encoded), image_size, mean, std, self.dali_device_id())
-        out = dali(encoded, self.torch_device)
-        self.decoded_by = "dali"
-        return out
-
-    def dali_device_id(self) -> int | None:
-        """The GPU index DALI runs on; ``None``: DALI's CPU pipeline."""
-        return None
+            self._decoders[loader] = load_decoder(self.decoders[loader])(self)
+        return self._decoders[loader]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from suite.devices.base import Availability, DeviceAdapter, DeviceMemory
 
@@ -44,6 +44,7 @@ class CPUAdapter(DeviceAdapter):
     name = "cpu"
     description = "Host CPU (PyTorch CPU backend); the embedded default"
     distributed_backend = "gloo"
+    decoders = {"device": "pillow", "dali": "dali"}  # DALI's CPU pipeline
 
     def __init__(self, local_rank: int = 0) -> None:
         super().__init__(local_rank)
@@ -80,19 +81,6 @@ class CPUAdapter(DeviceAdapter):
         if hwm is None or not self._hwm_resettable:
             return None
         return DeviceMemory(peak_bytes=hwm, source="VmHWM of the training process (host memory)")
-
-    def decode_images(self, encoded: Sequence[bytes]) -> list[Any]:
-        from suite.imaging import decode_to_rgb_tensor
-
-        images = []
-        for index, data in enumerate(encoded):
-            try:
-                images.append(decode_to_rgb_tensor(data))
-            except Exception as exc:
-                exc.image_index = index  # type: ignore[attr-defined] # which image: the workload names its file
-                raise
-        self.decoded_by = "pillow"
-        return images
 
     def device_info(self) -> dict[str, Any]:
         import psutil

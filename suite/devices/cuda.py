@@ -1,43 +1,59 @@
 """NVIDIA GPUs: one CUDA implementation, three registered adapters.
 
-* ``cuda`` - any NVIDIA GPU (the card is recorded; peak FLOP/s only for cards in :data:`PEAK_BF16_FLOPS`);
-* ``h100`` and ``a100`` - the same code, but available only when the card *is* that model: an H200 or an
-  A100 is never benchmarked under the name ``h100``.
+* ``cuda`` - any NVIDIA GPU (the card is recorded; peak FLOP/s only for the cards of :data:`KNOWN_CARDS`);
+* ``h100`` and ``a100`` - the same code, but available only when the card *is* one of that family's products,
+  matched by the exact name CUDA reports (``torch.cuda.get_device_name``): an H200, an "RTX A1000" or an unknown
+  variant is refused with the name seen, never benchmarked under the wrong name or with the wrong peak.
 
 Timing synchronizes with ``torch.cuda.synchronize``; device memory is the caching allocator's peak
-(``torch.cuda.max_memory_allocated``, plus ``max_memory_reserved`` and, with nvidia-ml-py, the driver's
-view of this process's memory, each under its own name); the ``device`` loader decodes JPEGs with nvJPEG
-through ``torchvision.io.decode_jpeg(..., device="cuda")``, a whole batch per call. torchvision and
-nvidia-ml-py come with the ``cuda`` extra and are imported only here.
+(``torch.cuda.max_memory_allocated``, plus ``max_memory_reserved`` and, with nvidia-ml-py, the driver's view, each
+under its own name); the ``device`` loader decodes with nvJPEG and ``dali`` with DALI (:mod:`suite.decoders`).
+nvidia-ml-py comes with the ``cuda`` extra and is imported only here.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, ClassVar, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from suite.devices.base import Availability, DeviceAdapter, DeviceMemory
 from suite.errors import SuiteError
 
-#: Dense (no sparsity) bf16 tensor-core peak per card, FLOP/s, from NVIDIA's data sheets. Matched in order
-#: against the device name (``torch.cuda.get_device_name``); unknown cards get no MFU.
-PEAK_BF16_FLOPS: tuple[tuple[tuple[str, ...], float], ...] = (
-    (("H100", "PCIe"), 756e12),
-    (("H100", "NVL"), 835e12),
-    (("H100",), 989.4e12),  # SXM5
-    (("H200",), 989.4e12),
-    (("A100",), 312e12),  # SXM4 and PCIe alike
-)
+
+@dataclass(frozen=True)
+class CudaCard:
+    family: str  # the adapter that claims it: H100, H200, A100
+    variant: str
+    peak_bf16_flops: float  # dense (no sparsity) bf16 tensor-core peak, from NVIDIA's data sheets
+
+
+#: NVIDIA cards by the exact name CUDA reports. Dense bf16 peaks: H100 SXM5 989.4, PCIe 756, NVL 835 TFLOP/s (the
+#: data sheets' 1979 / 1513 / 1671 "with sparsity", halved); H200 SXM 989.4, H200 NVL 835; A100 312 (SXM4, PCIe).
+KNOWN_CARDS: dict[str, CudaCard] = {
+    "NVIDIA H100 80GB HBM3": CudaCard("H100", "SXM5 80GB", 989.4e12),
+    "NVIDIA H100 PCIe": CudaCard("H100", "PCIe 80GB", 756e12),
+    "NVIDIA H100 NVL": CudaCard("H100", "NVL 94GB", 835e12),
+    "NVIDIA H200": CudaCard("H200", "SXM 141GB", 989.4e12),
+    "NVIDIA H200 NVL": CudaCard("H200", "NVL 141GB", 835e12),
+    "NVIDIA A100-SXM4-80GB": CudaCard("A100", "SXM4 80GB", 312e12),
+    "NVIDIA A100-SXM4-40GB": CudaCard("A100", "SXM4 40GB", 312e12),
+    "NVIDIA A100 80GB PCIe": CudaCard("A100", "PCIe 80GB", 312e12),
+    "NVIDIA A100-PCIE-40GB": CudaCard("A100", "PCIe 40GB", 312e12),
+}
 
 #: cuBLAS needs this for deterministic results (set before the first cuBLAS call).
 CUBLAS_WORKSPACE_CONFIG = ":4096:8"
 
 
+def known_card(device_name: str) -> CudaCard | None:
+    """The card of this exact name (whitespace normalized), or ``None``."""
+    return KNOWN_CARDS.get(" ".join(device_name.split()))
+
+
 def peak_bf16_flops(device_name: str) -> float | None:
-    for needles, flops in PEAK_BF16_FLOPS:
-        if all(n.lower() in device_name.lower() for n in needles):
-            return flops
-    return None
+    card = known_card(device_name)
+    return card.peak_bf16_flops if card else None
 
 
 def _nvml() -> Any | None:
@@ -53,12 +69,18 @@ def _nvml() -> Any | None:
     return pynvml
 
 
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class CUDAAdapter(DeviceAdapter):
     name: ClassVar[str] = "cuda"
     description: ClassVar[str] = "Any NVIDIA GPU (CUDA), identified in the records"
     distributed_backend: ClassVar[str] = "nccl"
-    #: Substring the device name must contain for this adapter to claim the card (None: any card).
-    required_model: ClassVar[str | None] = None
+    decoders = {"device": "nvjpeg", "dali": "dali"}
+    address_space_limit_ok = False  # the CUDA driver reserves address space of about twice the GPU memory
+    #: The card family this adapter claims (the exact names of :data:`KNOWN_CARDS`); None: any card.
+    family: ClassVar[str | None] = None
 
     @classmethod
     def availability(cls) -> Availability:
@@ -74,10 +96,24 @@ class CUDAAdapter(DeviceAdapter):
             names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         except Exception as exc:  # noqa: BLE001 - a broken driver is a reason, not a crash
             return Availability(False, f"CUDA is not usable: {' '.join(str(exc).split())}")
-        details = {"device_name": names[0], "device_count": len(names)}
-        if cls.required_model and cls.required_model.lower() not in names[0].lower():
-            return Availability(False, f"device is {names[0]}, not {cls.required_model}", details)
+        details: dict[str, Any] = {"device_name": names[0], "device_count": len(names)}
+        if cls.family is not None:
+            card = known_card(names[0])
+            if card is None or card.family != cls.family:
+                known = ", ".join(n for n, c in KNOWN_CARDS.items() if c.family == cls.family)
+                return Availability(False, f"device is {names[0]}, not a known {cls.family} (known: {known})",
+                                    details)
+            details["variant"] = card.variant
         return Availability(True, "", details)
+
+    @classmethod
+    def child_environment(cls, nproc_per_node: int) -> dict[str, str]:
+        """One process, one GPU: a single-process configuration sees only its device, so that nothing in it (the
+        transformers Trainer wraps a model in ``nn.DataParallel`` over every visible GPU) spreads over the node."""
+        if nproc_per_node != 1:
+            return {}
+        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+        return {"CUDA_VISIBLE_DEVICES": visible[0] if visible else "0"}
 
     def _create_device(self) -> Any:
         import torch
@@ -115,7 +151,8 @@ class CUDAAdapter(DeviceAdapter):
 
         return {"cuda.deterministic": "cudnn.deterministic+use_deterministic_algorithms",
                 "cuda.tf32": str(torch.backends.cuda.matmul.allow_tf32).lower(),
-                "cuda.cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG", "")}
+                "cuda.cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ""),
+                "cuda.visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "all")}
 
     def supported_precisions(self) -> tuple[str, ...]:
         import torch
@@ -127,10 +164,8 @@ class CUDAAdapter(DeviceAdapter):
         import torch
 
         numerics = super().numerics(precision)
-        if precision == "fp32":
-            if torch.backends.cuda.matmul.allow_tf32:
-                numerics["linear"] = "tf32"
-                numerics["attn"] = "tf32"
+        if precision == "fp32" and torch.backends.cuda.matmul.allow_tf32:
+            numerics["linear"] = numerics["attn"] = "tf32"
         return numerics
 
     def reset_peak_memory(self) -> None:
@@ -142,25 +177,29 @@ class CUDAAdapter(DeviceAdapter):
         import torch
 
         extra = {"reserved_peak": int(torch.cuda.max_memory_reserved(self.torch_device))}
-        driver = self._driver_process_memory()
-        if driver is not None:
-            extra["nvml_process_used_at_end"] = driver
+        driver, how = self._driver_memory()
+        extra.update(driver)
         return DeviceMemory(peak_bytes=int(torch.cuda.max_memory_allocated(self.torch_device)),
-                            source="torch.cuda.max_memory_allocated", extra=extra)
+                            source=f"torch.cuda.max_memory_allocated; driver view: {how}", extra=extra)
 
-    def _driver_process_memory(self) -> int | None:
-        """This process's device memory as the driver sees it (NVML has no peak: read at the end)."""
+    def _driver_memory(self) -> tuple[dict[str, int], str]:
+        """The driver's view (NVML has no peak: read at the end): this process's memory; where NVML cannot match the
+        process (a container's PIDs are not the host's), the device's used memory, named as such; and what was read
+        or why nothing was."""
         nvml = _nvml()
         if nvml is None:
-            return None
+            return {}, "not read: nvidia-ml-py absent or no driver"
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(self._physical_index())
             for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
                 if process.pid == os.getpid() and process.usedGpuMemory is not None:
-                    return int(process.usedGpuMemory)
-        except Exception:  # noqa: BLE001 - no driver view, not a failure
-            return None
-        return None
+                    return {"nvml_process_used_at_end": int(process.usedGpuMemory)}, "NVML, this process"
+            used = int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
+        except Exception as exc:  # noqa: BLE001 - no driver view, not a failure: recorded why
+            return {}, f"not read: NVML failed ({type(exc).__name__}: {' '.join(str(exc).split())})"
+        return ({"nvml_device_used_at_end": used},
+                "NVML lists no process with this PID (in a container PIDs differ from the host's): the whole "
+                "device's used memory instead, every process on it included")
 
     def _physical_index(self) -> int:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -169,26 +208,6 @@ class CUDAAdapter(DeviceAdapter):
             if self.local_rank < len(entries) and entries[self.local_rank].isdigit():
                 return int(entries[self.local_rank])
         return self.local_rank
-
-    def decode_images(self, encoded: Sequence[bytes]) -> list[Any]:
-        """nvJPEG on the GPU, one call per batch; JPEG only (anything else is an error naming it)."""
-        import torch
-
-        try:
-            from torchvision.io import ImageReadMode, decode_jpeg
-        except ImportError as exc:
-            raise SuiteError("the device loader on CUDA needs torchvision (nvJPEG): "
-                             f"pip install 'suite-bench[cuda]' ({exc})") from exc
-        for index, data in enumerate(encoded):
-            if not data.startswith(b"\xff\xd8"):
-                raise SuiteError(f"nvJPEG decodes JPEG only; image {index} of the batch is not a JPEG")
-        tensors = [torch.frombuffer(bytearray(data), dtype=torch.uint8) for data in encoded]
-        images = list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=self.torch_device))
-        self.decoded_by = "nvjpeg"
-        return images
-
-    def dali_device_id(self) -> int | None:
-        return self.torch_device.index if self.torch_device.index is not None else 0
 
     def device_info(self) -> dict[str, Any]:
         import torch
@@ -209,23 +228,20 @@ class CUDAAdapter(DeviceAdapter):
                 info["driver_version"] = _text(nvml.nvmlSystemGetDriverVersion())
             except Exception:  # noqa: BLE001
                 pass
-        peak = peak_bf16_flops(props.name)
-        if peak is not None:
-            info["peak_bf16_flops"] = peak
+        card = known_card(props.name)
+        if card is not None:
+            info["variant"] = card.variant
+            info["peak_bf16_flops"] = card.peak_bf16_flops
         return info
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class H100Adapter(CUDAAdapter):
     name = "h100"
-    description = "NVIDIA H100 (CUDA); refuses any other card"
-    required_model = "H100"
+    description = "NVIDIA H100 (SXM5, PCIe, NVL; CUDA); refuses any other card"
+    family = "H100"
 
 
 class A100Adapter(CUDAAdapter):
     name = "a100"
-    description = "NVIDIA A100 (CUDA); refuses any other card"
-    required_model = "A100"
+    description = "NVIDIA A100 (SXM4, PCIe; CUDA); refuses any other card"
+    family = "A100"

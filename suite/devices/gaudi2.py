@@ -1,31 +1,29 @@
 """Intel Gaudi2 (HPU) through Habana's PyTorch bridge and optimum-habana.
 
-``habana_frameworks`` comes with Habana's software stack (SynapseAI / Gaudi software), not from PyPI;
-the ``gaudi`` extra adds optimum-habana, habana-media-loader and habana-pyhlml. Everything is imported
-here, lazily: the CPU path never needs it.
+``habana_frameworks`` comes with Habana's software stack (SynapseAI / Gaudi software), not from PyPI; the ``gaudi``
+extra adds optimum-habana, habana-media-loader and habana-pyhlml. Everything is imported here, lazily: the CPU path
+never needs it.
 
-* Lazy mode (``PT_HPU_LAZY_MODE=1``, the stack's classic default) accumulates a graph until
-  ``htcore.mark_step()``: called after every optimizer step and before every clock read, followed by
-  ``hpu.synchronize()``. Eager mode (``PT_HPU_LAZY_MODE=0``) needs no mark_step. The mode is a run param.
-* As the reference's ``Habana/clip`` Gaudi config: ``adapt_transformers_to_gaudi()`` before the model is
-  built, Habana's fused AdamW (``hpex.optimizers.FusedAdamW``), fused gradient clipping
-  (``hpex.normalization.FusedClipNorm``), torch autocast to bf16. Which optimizer ran is recorded.
-* Device memory: the HPU allocator's peak (``hpu.max_memory_allocated``) and, through habana-pyhlml, the
-  driver's view of the card's used memory, under its own name.
-* The ``device`` loader: habana-media-loader decodes the encoded JPEGs of each batch on the HPU, crops the
-  center and resizes (bicubic) to the model's size and normalizes with the CLIP mean/std, as
-  optimum-habana's media pipe for CLIP does. It is not bit-identical to the CPU path (the decoder crops
-  before resizing); the records name the transform that ran.
+* Execution mode: current Habana stacks run eagerly unless told otherwise; older ones defaulted to lazy mode. The
+  mode is asked of the bridge itself (:func:`hpu_mode`: ``habana_frameworks.torch.utils.internal.is_lazy()``),
+  never assumed from an unset ``PT_HPU_LAZY_MODE``, and recorded (run param ``run.hpu.mode``). In lazy mode
+  ``htcore.mark_step()`` ends every optimizer step and precedes every clock read, followed by
+  ``hpu.synchronize()``; in eager mode there is no mark_step.
+* As the reference's ``Habana/clip`` Gaudi config: ``adapt_transformers_to_gaudi()`` before the model is built,
+  Habana's fused AdamW (``hpex.optimizers.FusedAdamW``) and fused gradient clipping
+  (``hpex.normalization.FusedClipNorm``) behind :meth:`Gaudi2Adapter.training_ops`, torch autocast to bf16 when
+  that precision is asked. Which optimizer ran is recorded.
+* Device memory: the HPU allocator's peak (``hpu.max_memory_allocated``) and, through habana-pyhlml, the driver's
+  view of the card's used memory, under its own name.
+* The ``device`` loader: habana-media-loader's media pipe on the HPU (:mod:`suite.decoders.habana_media`).
 """
 
 from __future__ import annotations
 
 import importlib
-import os
-import queue
-from typing import Any, Sequence
+from typing import Any
 
-from suite.devices.base import Availability, DeviceAdapter, DeviceMemory
+from suite.devices.base import Availability, DeviceAdapter, DeviceMemory, TrainingOps
 from suite.errors import SuiteError
 
 #: Dense bf16 peak of one Gaudi2 (Intel's published matrix-engine figure), FLOP/s.
@@ -36,21 +34,51 @@ def _hpu() -> Any:
     return importlib.import_module("habana_frameworks.torch.hpu")
 
 
-def lazy_mode() -> bool:
-    return os.environ.get("PT_HPU_LAZY_MODE", "1") == "1"
+def hpu_mode() -> str:
+    """``lazy`` or ``eager``, as the Habana bridge runs (``habana_frameworks.torch.utils.internal.is_lazy``); the
+    one place the suite decides it. Raises :class:`SuiteError` where the bridge cannot say."""
+    try:
+        internal = importlib.import_module("habana_frameworks.torch.utils.internal")
+        return "lazy" if internal.is_lazy() else "eager"
+    except (ImportError, AttributeError) as exc:
+        raise SuiteError(f"cannot ask the Habana bridge which execution mode runs (habana_frameworks.torch.utils."
+                         f"internal.is_lazy): {exc}") from exc
+
+
+class HabanaFusedOps(TrainingOps):
+    """Habana's fused AdamW and fused gradient clipping (the ``Habana/clip`` Gaudi config)."""
+
+    def __init__(self) -> None:
+        self.optimizer = ""
+        self._clipper: Any = None
+
+    def make_optimizer(self, params: Any, lr: float, eps: float, weight_decay: float) -> tuple[Any, str]:
+        try:
+            fused = importlib.import_module("habana_frameworks.torch.hpex.optimizers").FusedAdamW
+        except (ImportError, AttributeError) as exc:
+            raise SuiteError(f"Habana's FusedAdamW is not available ({exc}); the Gaudi config (Habana/clip) "
+                             "asks for it") from exc
+        self.optimizer = (f"habana_frameworks.torch.hpex.optimizers.FusedAdamW(lr={lr}, eps={eps}, "
+                          f"weight_decay={weight_decay})")
+        return fused(params, lr=lr, eps=eps, weight_decay=weight_decay), self.optimizer
+
+    def clip_grad_norm(self, params: Any, max_norm: float) -> None:
+        if self._clipper is None:
+            clip = importlib.import_module("habana_frameworks.torch.hpex.normalization").FusedClipNorm
+            self._clipper = clip(params, max_norm)
+        self._clipper.clip_norm(params)
 
 
 class Gaudi2Adapter(DeviceAdapter):
     name = "gaudi2"
-    description = "Intel Gaudi2 HPU (habana_frameworks, optimum-habana); lazy or eager mode"
+    description = "Intel Gaudi2 HPU (habana_frameworks, optimum-habana); lazy or eager mode, as the bridge runs"
     distributed_backend = "hccl"
-    supported_loaders = ("cpu", "cpu-fast", "device")  # DALI is NVIDIA's
+    decoders = {"device": "habana-media-pipe"}  # DALI is NVIDIA's
 
     def __init__(self, local_rank: int = 0) -> None:
         super().__init__(local_rank)
-        self._optimizer = ""
-        self._media: Any = None
-        self._clipper: Any = None
+        self._ops = HabanaFusedOps()
+        self._mode: str | None = None
 
     @classmethod
     def availability(cls) -> Availability:
@@ -81,11 +109,18 @@ class Gaudi2Adapter(DeviceAdapter):
                 importlib.import_module("habana_frameworks.torch.distributed.hccl")
             except ImportError:
                 pass
+        self._mode = hpu_mode()
         return torch.device("hpu")
+
+    @property
+    def mode(self) -> str:
+        if self._mode is None:
+            self._mode = hpu_mode()
+        return self._mode
 
     # --- execution -------------------------------------------------------------------------
     def _mark_step(self) -> None:
-        if lazy_mode():
+        if self.mode == "lazy":
             importlib.import_module("habana_frameworks.torch.core").mark_step()
 
     def synchronize(self) -> None:
@@ -102,27 +137,12 @@ class Gaudi2Adapter(DeviceAdapter):
             raise SuiteError(f"optimum-habana is needed on Gaudi2: pip install 'suite-bench[gaudi]' ({exc})") from exc
         adapt_transformers_to_gaudi()
 
-    def make_optimizer(self, params: Any, lr: float, eps: float, weight_decay: float) -> tuple[Any, str]:
-        try:
-            fused = importlib.import_module("habana_frameworks.torch.hpex.optimizers").FusedAdamW
-        except (ImportError, AttributeError) as exc:
-            raise SuiteError(f"Habana's FusedAdamW is not available ({exc}); the Gaudi config (Habana/clip) "
-                             "asks for it") from exc
-        self._optimizer = f"habana_frameworks.torch.hpex.optimizers.FusedAdamW(lr={lr}, eps={eps}, " \
-                          f"weight_decay={weight_decay})"
-        return fused(params, lr=lr, eps=eps, weight_decay=weight_decay), self._optimizer
-
-    def clip_grad_norm(self, params: Any, max_norm: float) -> None:
-        if self._clipper is None:
-            clip = importlib.import_module("habana_frameworks.torch.hpex.normalization").FusedClipNorm
-            self._clipper = clip(params, max_norm)
-        self._clipper.clip_norm(params)
+    def training_ops(self) -> TrainingOps:
+        return self._ops
 
     def run_params(self) -> dict[str, str]:
-        return {"hpu.mode": "lazy" if lazy_mode() else "eager",
-                "hpu.optimizer": self._optimizer or "not created yet",
-                "hpu.grad_clipping": "hpex.normalization.FusedClipNorm",
-                "hpu.graphs": "off"}
+        return {"hpu.mode": self.mode, "hpu.optimizer": self._ops.optimizer or "not created yet",
+                "hpu.grad_clipping": "hpex.normalization.FusedClipNorm", "hpu.graphs": "off"}
 
     # --- numerics ---------------------------------------------------------------------------
     def _seed_device(self, seed: int) -> None:
@@ -165,24 +185,10 @@ class Gaudi2Adapter(DeviceAdapter):
         except Exception:  # noqa: BLE001 - no driver view, not a failure
             return None
 
-    # --- on-device decoding -----------------------------------------------------------------
-    def decode_images(self, encoded: Sequence[bytes]) -> list[Any]:
-        raise SuiteError("Gaudi2 decodes and preprocesses in one media pipe: use device_preprocess")
-
-    def device_preprocess(self, encoded: Sequence[bytes], image_size: int, mean: Sequence[float],
-                          std: Sequence[float], loader: str = "device") -> Any:
-        """The batch through a habana-media-loader pipe on the HPU: decode, center crop, bicubic resize to
-        ``image_size``, normalize; a float32 ``(N, 3, size, size)`` HPU tensor."""
-        if self._media is None or self._media.batch_size != len(encoded) or self._media.image_size != image_size:
-            self._media = _MediaDecoder(len(encoded), image_size, mean, std)
-        images = self._media(encoded)
-        self.decoded_by = "habana-media-pipe"
-        return images
-
     def device_info(self) -> dict[str, Any]:
         hpu = _hpu()
         info: dict[str, Any] = {"device_name": str(hpu.get_device_name()), "device_count": hpu.device_count(),
-                                "peak_bf16_flops": GAUDI2_PEAK_BF16_FLOPS, "hpu_mode": "lazy" if lazy_mode() else "eager"}
+                                "peak_bf16_flops": GAUDI2_PEAK_BF16_FLOPS, "hpu_mode": self.mode}
         stats = hpu.memory_stats()
         if isinstance(stats, dict) and "Limit" in stats:
             info["memory_total_bytes"] = int(stats["Limit"])
@@ -191,52 +197,3 @@ class Gaudi2Adapter(DeviceAdapter):
         except (ImportError, AttributeError):
             pass
         return info
-
-
-class _MediaDecoder:
-    """A habana-media-loader pipe fed from memory: the batch's encoded bytes go in through an external
-    queue (``ReadMediaDatasetFromExt``), normalized HPU tensors come out."""
-
-    def __init__(self, batch_size: int, image_size: int, mean: Sequence[float], std: Sequence[float]) -> None:
-        import numpy as np
-
-        try:
-            from habana_frameworks.mediapipe import fn
-            from habana_frameworks.mediapipe.media_types import dtype, ftype, imgtype, randomCropType
-            from habana_frameworks.mediapipe.mediapipe import MediaPipe
-            from habana_frameworks.mediapipe.plugins.iterator_pytorch import HPUGenericPytorchIterator
-        except ImportError as exc:
-            raise SuiteError(f"the device loader on Gaudi2 needs habana-media-loader: pip install "
-                             f"'suite-bench[gaudi]' ({exc})") from exc
-        self.batch_size, self.image_size = batch_size, image_size
-        self._queue: queue.Queue = queue.Queue()
-        feed = self._queue
-
-        class Pipe(MediaPipe):  # type: ignore[misc, valid-type]
-            def __init__(self) -> None:
-                super().__init__(device="legacy", prefetch_depth=0, batch_size=batch_size, num_threads=1,
-                                 pipe_name="SuiteEncodedBatchPipe")
-                self.read = fn.ReadMediaDatasetFromExt(ext_queue=feed)
-                self.decode = fn.ImageDecoder(output_format=imgtype.RGB_P, resize=[image_size, image_size],
-                                              resampling_mode=ftype.BICUBIC, random_crop_type=randomCropType.CENTER_CROP)
-                scale = 255.0
-                self.mean = fn.MediaConst(data=np.array([m * scale for m in mean], dtype=np.float32), shape=[1, 1, 3],
-                                          batch_broadcast=False, dtype=dtype.FLOAT32)
-                self.inv_std = fn.MediaConst(data=np.array([1 / (s * scale) for s in std], dtype=np.float32),
-                                             shape=[1, 1, 3], batch_broadcast=False, dtype=dtype.FLOAT32)
-                self.normalize = fn.CropMirrorNorm(crop_w=image_size, crop_h=image_size, crop_d=0, dtype=dtype.FLOAT32)
-
-            def definegraph(self) -> Any:
-                images = self.decode(self.read())
-                return self.normalize(images, self.mean(), self.inv_std())
-
-        self._pipe = Pipe()
-        self._pipe.build()
-        self._iterator = HPUGenericPytorchIterator(mediapipe=self._pipe)
-
-    def __call__(self, encoded: Sequence[bytes]) -> Any:
-        import numpy as np
-
-        self._queue.put([np.frombuffer(data, dtype=np.uint8) for data in encoded])
-        (images,) = next(self._iterator)
-        return images

@@ -14,11 +14,15 @@ from typing import Any
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 
 _log = logging.getLogger(__name__)
-MiB = 2**20
+#: MLflow's GPU monitor logs ``gpu_<i>_memory_usage_megabytes`` as bytes / 1e6 (mlflow/system_metrics/metrics/
+#: gpu_monitor.py); the HPU figures use the same unit, so that GPU and HPU rows compare.
+MEGABYTE = 1e6
 
 
 class HPUMonitor(BaseMetricsMonitor):
-    """Utilization, memory and power of every Gaudi device, read with habana-pyhlml (HLML)."""
+    """Utilization, memory and power of every Gaudi device, read with habana-pyhlml (HLML), under the names and units
+    of MLflow's GPU monitor with ``hpu`` for ``gpu``. As that monitor does, an error reading one figure is logged and
+    skips that figure for that sample; the monitor goes on."""
 
     def __init__(self, hlml: Any = None) -> None:
         super().__init__()
@@ -26,16 +30,28 @@ class HPUMonitor(BaseMetricsMonitor):
         self._hlml.hlmlInit()
         count = self._hlml.hlmlDeviceGetCount()
         self._handles = [self._hlml.hlmlDeviceGetHandleByIndex(index) for index in range(count)]
+        self.errors = 0
+
+    def _read(self, what: str, index: int, handle: Any) -> None:
+        prefix = f"hpu_{index}"
+        try:
+            if what == "memory":
+                info = self._hlml.hlmlDeviceGetMemoryInfo(handle)
+                self._metrics[f"{prefix}_memory_usage_percentage"].append(round(100.0 * info.used / info.total, 1))
+                self._metrics[f"{prefix}_memory_usage_megabytes"].append(info.used / MEGABYTE)
+            elif what == "utilization":
+                rates = self._hlml.hlmlDeviceGetUtilizationRates(handle)
+                self._metrics[f"{prefix}_utilization_percentage"].append(float(getattr(rates, "aip", rates)))
+            else:  # power, in milliwatts
+                self._metrics[f"{prefix}_power_usage_watts"].append(self._hlml.hlmlDeviceGetPowerUsage(handle) / 1000)
+        except Exception as exc:  # noqa: BLE001 - HLMLError and friends: one figure lost, not the monitor
+            self.errors += 1
+            _log.warning("HPU %d: cannot read %s: %s", index, what, exc)
 
     def collect_metrics(self) -> None:
         for index, handle in enumerate(self._handles):
-            utilization = self._hlml.hlmlDeviceGetUtilizationRates(handle)
-            utilization = getattr(utilization, "aip", utilization)  # a struct in newer pyhlml, an int before
-            memory = self._hlml.hlmlDeviceGetMemoryInfo(handle)
-            self._metrics[f"hpu_{index}_utilization_percentage"].append(float(utilization))
-            self._metrics[f"hpu_{index}_memory_usage_megabytes"].append(memory.used / MiB)
-            self._metrics[f"hpu_{index}_memory_usage_percentage"].append(100.0 * memory.used / memory.total)
-            self._metrics[f"hpu_{index}_power_watts"].append(self._hlml.hlmlDeviceGetPowerUsage(handle) / 1000.0)
+            for what in ("memory", "utilization", "power"):
+                self._read(what, index, handle)
 
     def aggregate_metrics(self) -> dict[str, float]:
         return {name: round(sum(values) / len(values), 1) for name, values in self._metrics.items() if values}

@@ -163,7 +163,10 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
     run_info: dict[str, Any] = {"run_uid": run_uid, "repeat": repeat, "command": list(command),
                                 "matrix_uid": store.matrix_info.uid}
     files.write(files.run_info, run_info)
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    from suite.registry import load_device
+
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1",
+           **load_device(config.device).child_environment(config.nproc_per_node)}
     launcher = [sys.executable]
     if config.nproc_per_node > 1:  # one process per device, through torch.distributed's own launcher
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",

@@ -152,6 +152,10 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
             import torch.distributed as dist
 
             if dist.is_initialized():
+                try:  # every rank done with its collectives before any closes its connections: a rank that
+                    dist.barrier()  # destroyed the group under another's last send aborted it (gloo, CI)
+                except Exception:  # noqa: BLE001 - a peer already gone: nothing left to wait for
+                    traceback.print_exc(file=sys.stderr)
                 dist.destroy_process_group()
         result.ended_at = time.time()
     return result
@@ -164,7 +168,7 @@ def _record_observed_loader(result: RunResult, workload: Any) -> None:
     except Exception:  # noqa: BLE001 - a workload that cannot say leaves the facts absent (the audit fails)
         traceback.print_exc(file=sys.stderr)
         return
-    for key in ("loader", "num_workers", "prefetch_factor"):
+    for key in ("loader", "num_workers", "prefetch_factor", "decoder"):
         if key in observed:
             result.facts[f"{key}_used"] = observed[key]
 

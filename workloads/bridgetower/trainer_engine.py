@@ -77,7 +77,7 @@ def run_with_trainer(workload: Any, hooks: Any) -> dict[str, float]:
                 control.should_training_stop = True
 
     if on_gaudi:
-        trainer_cls, args = _gaudi_trainer(common)
+        trainer_cls, args = _gaudi_trainer(common, config.precision, device)
         extra: dict[str, Any] = {"gaudi_config": args.pop("gaudi_config")}
         from optimum.habana import GaudiTrainingArguments
 
@@ -87,6 +87,7 @@ def run_with_trainer(workload: Any, hooks: Any) -> dict[str, float]:
 
         trainer_cls, extra = Trainer, {}
         training_args = TrainingArguments(use_cpu=device.torch_device.type == "cpu", optim="adamw_torch", **common)
+    refuse_data_parallel(training_args)
 
     class TimedTrainer(trainer_cls):  # type: ignore[misc, valid-type]
         last_loss: Any = None
@@ -113,17 +114,31 @@ def run_with_trainer(workload: Any, hooks: Any) -> dict[str, float]:
     return figures
 
 
-def _gaudi_trainer(common: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """GaudiTrainer with a Gaudi config equivalent to ``Habana/clip``: fused AdamW, fused clipping,
-    torch autocast (bf16)."""
+def refuse_data_parallel(training_args: Any) -> None:
+    """One device per configuration: without torchrun, the Trainer wraps the model in ``nn.DataParallel`` over every
+    visible GPU and multiplies the batch by their count (``TrainingArguments.n_gpu``). The runner pins a
+    single-process CUDA configuration to one GPU (``CUDAAdapter.child_environment``); this refuses, never
+    silently accepts, a trainer that would spread anyway."""
+    n_gpu = getattr(training_args, "n_gpu", 0)
+    if n_gpu > 1:
+        raise SuiteError(f"the Trainer sees {n_gpu} GPUs and would run nn.DataParallel over them (batch x {n_gpu}): a "
+                         "configuration runs on one device; set CUDA_VISIBLE_DEVICES or use --nproc-per-node")
+
+
+def gaudi_config_kwargs(precision: str) -> dict[str, bool]:
+    """``GaudiConfig`` as the reference's ``Habana/clip``: fused AdamW and clipping, and torch autocast for bf16 only
+    (optimum-habana's trainer turns autocast on whenever ``use_torch_autocast`` is set, even with ``bf16=False``:
+    fp32 must ask for it off, or it runs bf16 while fp32 is recorded)."""
+    return {"use_fused_adam": True, "use_fused_clip_norm": True, "use_torch_autocast": precision == "bf16"}
+
+
+def _gaudi_trainer(common: dict[str, Any], precision: str, device: Any) -> tuple[Any, dict[str, Any]]:
+    """GaudiTrainer with a Gaudi config equivalent to ``Habana/clip``, in the mode the bridge runs."""
     try:
         from optimum.habana import GaudiConfig, GaudiTrainer
     except ImportError as exc:
         raise SuiteError(f"engine hf-trainer on Gaudi2 needs optimum-habana: pip install 'suite-bench[gaudi]' "
                          f"({exc})") from exc
-    import os
-
-    gaudi_config = GaudiConfig(use_fused_adam=True, use_fused_clip_norm=True, use_torch_autocast=True)
-    args = dict(common, use_habana=True, use_lazy_mode=os.environ.get("PT_HPU_LAZY_MODE", "1") == "1",
-                gaudi_config=gaudi_config)
+    gaudi_config = GaudiConfig(**gaudi_config_kwargs(precision))
+    args = dict(common, use_habana=True, use_lazy_mode=device.mode == "lazy", gaudi_config=gaudi_config)
     return GaudiTrainer, args

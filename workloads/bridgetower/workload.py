@@ -29,29 +29,30 @@ from workloads.bridgetower.tokenizer import build_byte_level_tokenizer, load_pre
 
 
 def decode_on_device(device: Any, encoded: list[bytes], names: list[str] | None, image_size: int,
-                     loader: str) -> torch.Tensor:
-    """A batch of encoded images decoded and preprocessed by the device (its one-pipeline preprocess: DALI, the
-    Gaudi media pipe; else its decoder and the reference preprocessing on the device). A failure is a
-    :class:`DatasetError` naming the image (decoded one by one on the CPU device) or the batch's images."""
+                     loader: str) -> tuple[torch.Tensor, Any]:
+    """A batch of encoded images decoded on the device by the decoder that serves ``loader`` there
+    (:mod:`suite.decoders`), then, unless the decoder preprocesses itself, the reference preprocessing on the device;
+    (pixel values, the decoder). A failure is a :class:`DatasetError` naming the image (when the decoder says which)
+    or the batch's images."""
+    from suite.decoders.base import DecodeError
+
+    decoder = device.decoder_for(loader)
     try:
-        done = device.device_preprocess(encoded, image_size, CLIP_MEAN, CLIP_STD, loader=loader)
-        if done is not None:
-            return done
-        if loader == "dali":
-            raise SuiteError(f"device {device.name!r} returned no DALI output")
-        images = device.decode_images(encoded)
-        return torch.stack([preprocess_image(image, image_size) for image in images])
+        out = decoder(encoded, image_size, CLIP_MEAN, CLIP_STD)
+        if not decoder.preprocesses:
+            out = torch.stack([preprocess_image(image, image_size) for image in out])
+        return out, decoder
     except SuiteError:
         raise
     except Exception as exc:  # noqa: BLE001 - a decoder's error, re-raised naming what it was decoding
-        culprit = getattr(exc, "image_index", None)
         names = list(names or [])
-        if isinstance(culprit, int) and culprit < len(names):
+        culprit = exc.image_index if isinstance(exc, DecodeError) else None
+        if culprit is not None and culprit < len(names):
             what = f"image {names[culprit]}"
         else:
             what = "the batch of " + (", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
                                       if names else f"{len(encoded)} images")
-        raise DatasetError(f"cannot decode {what} on the device: {type(exc).__name__}: "
+        raise DatasetError(f"cannot decode {what} on the device with {decoder.name}: {type(exc).__name__}: "
                            f"{' '.join(str(exc).split())[:300]}") from exc
 
 
@@ -139,6 +140,7 @@ class BridgeTowerWorkload(Workload):
         self._loader: Any = None
         self._ran_loader: Any = None  # the DataLoader that fed the steps (the trainer's own with hf-trainer)
         self._observed_loader: str | None = None  # which loader's path produced the batches
+        self._decoder: str | None = None  # the on-device decoder that ran (loaders device, dali)
         self._skipped = 0
 
     def setup(self) -> None:
@@ -176,7 +178,8 @@ class BridgeTowerWorkload(Workload):
             self.model = torch.nn.parallel.DistributedDataParallel(
                 self.model, device_ids=[device.index] if device.type == "cuda" else None)
         self.params = params
-        self.optimizer, optimizer_description = self.device.make_optimizer(
+        self.ops = self.device.training_ops()
+        self.optimizer, optimizer_description = self.ops.make_optimizer(
             params, lr=preset.learning_rate, eps=preset.adam_epsilon, weight_decay=preset.weight_decay)
         total_steps = config.total_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -208,10 +211,10 @@ class BridgeTowerWorkload(Workload):
             image_size=self.image_size,
             image_preprocessing="resize-shorter-bicubic-antialias+center-crop+clip-normalize (torch ops)",
             image_pipeline=(dataset.pipeline.name if dataset.pipeline else
-                            "dali" if config.loader == "dali" else "device-decode"),
+                            f"decoder {self.device.decoders.get(config.loader, '?')}"),
             image_pipeline_description=(dataset.pipeline.description if dataset.pipeline else
-                                        "encoded bytes from the workers, decoded and preprocessed on the device"
-                                        + (" by NVIDIA DALI" if config.loader == "dali" else "")),
+                                        "encoded bytes from the workers, decoded on the device by "
+                                        f"{self.device.decoders.get(config.loader, 'no decoder')}"),
             image_bounds=bounds.describe(),
             loader_timeout_s=config.effective_loader_timeout_s() if config.num_workers > 0 else None,
             image_mean=list(CLIP_MEAN),
@@ -232,10 +235,10 @@ class BridgeTowerWorkload(Workload):
         if "images" in batch:  # a worker-side pipeline ran; its device stage finishes the batch
             self.note_worker_pipeline_ran()
             return self.train_dataset.pipeline.device_stage(batch["images"], self.device.torch_device)
-        done = decode_on_device(self.device, batch["encoded_images"], batch.get("image_names"), self.image_size,
-                                self.config.loader)
-        decoder = self.device.decoded_by
-        self._observed_loader = "dali" if decoder == "dali" else "device" if decoder else None
+        done, decoder = decode_on_device(self.device, batch["encoded_images"], batch.get("image_names"),
+                                         self.image_size, self.config.loader)
+        self._observed_loader = decoder.loader  # the decoder object that made these pixels
+        self._decoder = decoder.name
         return done
 
     def train_step(self, batch: Any) -> torch.Tensor:
@@ -246,7 +249,7 @@ class BridgeTowerWorkload(Workload):
             outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
                                  return_loss=True)
         outputs.loss.backward()
-        self.device.clip_grad_norm(self.params, self.preset.max_grad_norm)
+        self.ops.clip_grad_norm(self.params, self.preset.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -286,6 +289,8 @@ class BridgeTowerWorkload(Workload):
         observed: dict[str, Any] = {}
         if self._observed_loader is not None:
             observed["loader"] = self._observed_loader
+        if self._decoder is not None:
+            observed["decoder"] = self._decoder
         if loader is not None:
             observed["num_workers"] = loader.num_workers
             observed["prefetch_factor"] = loader.prefetch_factor if loader.num_workers > 0 else None
