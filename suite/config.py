@@ -30,6 +30,9 @@ ENGINES = ("suite", "hf-trainer")
 PRECISIONS = ("fp32", "bf16")
 #: MLPerf divisions: ``closed`` only for a run that follows the published recipe exactly.
 DIVISIONS = ("open", "closed")
+#: How a preset built on a checkpoint's tokenizer gets it: "auto" (the checkpoint's when it is on this machine, else a
+#: local stand-in of its vocabulary size, recorded as such) or "hub" (the checkpoint's, fetched if needed).
+TOKENIZER_MODES = ("auto", "hub")
 
 DEFAULT_SEED = 42
 DEFAULT_WARMUP_STEPS = 3  # the reference's throughput_warmup_steps
@@ -73,6 +76,7 @@ class RunSettings:
     batch_size: int | None = None
     dataset: str | None = None
     weights: str | None = None
+    tokenizer: str = "auto"  # a checkpoint's tokenizer: "auto" (on this machine, else a local stand-in) or "hub"
     skip_bad_samples: bool = False
     nproc_per_node: int = 1  # processes (devices) per node, launched with torchrun when > 1
     prefetch_factor: int | None = None  # batches each loader worker prepares ahead; None: torch's default (2)
@@ -104,6 +108,7 @@ class RunSettings:
             value = getattr(self, name)
             if value is not None:
                 _require_name(name, value)
+        _require_choice("tokenizer", self.tokenizer, TOKENIZER_MODES)
         if not isinstance(self.skip_bad_samples, bool):
             raise ConfigError(f"skip_bad_samples must be true or false, got {self.skip_bad_samples!r}")
         _require_int("nproc_per_node", self.nproc_per_node, 1)

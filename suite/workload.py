@@ -37,6 +37,11 @@ class Workload(ABC):
     default_preset: ClassVar[str]
 
     @classmethod
+    def describe_preset(cls, name: str) -> dict[str, Any]:
+        """Facts about preset ``name`` for ``suite list`` (size, inputs, what it fetches); none by default."""
+        return {}
+
+    @classmethod
     def prepare(cls, config: "RunConfig") -> dict[str, Any]:
         """Validate inputs and build shared caches once, in the parent, before any run starts.
 

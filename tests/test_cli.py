@@ -13,7 +13,7 @@ pytestmark = pytest.mark.mechanics
 @pytest.mark.parametrize("argv,message", [
     (["run", "--workload", "nope"], "unknown workload 'nope'; valid workloads: bridgetower"),
     (["run", "--device", "tpu"], "unknown device 'tpu'; valid devices: a100, cpu, cuda, gaudi2, h100"),
-    (["run", "--preset", "huge"], "unknown preset 'huge' for workload bridgetower; valid presets: tiny, large"),
+    (["run", "--preset", "huge"], "unknown preset 'huge' for workload bridgetower; valid presets: tiny, small, large"),
     (["run", "--dataset", "/no/such/folder"], "dataset path does not exist: /no/such/folder"),
 ])
 def test_unknown_names_fail_before_running(argv, message, capsys, tmp_path):
@@ -49,7 +49,8 @@ def test_run_help_explains_every_option():
 def test_list_shows_presets_and_devices(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "bridgetower/tiny (default): batch 8" in out and "bridgetower/large: batch 48" in out
+    assert "bridgetower/tiny (default): random-init" in out and "0.5M parameters, image 64, batch 8" in out
+    assert "bridgetower/large: the published recipe" in out
     assert "cpu: available" in out
 
 

@@ -147,3 +147,29 @@ def test_training_with_the_fast_loader_follows_the_reference_loss_trajectory(tmp
     assert fast["facts"]["workload"]["image_pipeline"] == "closed"
     assert fast["config"]["loader"] == fast["facts"]["loader_used"] == "cpu-fast"
     assert fast["losses"] == pytest.approx(reference["losses"], rel=1e-3)
+
+
+
+def _sigterm_is_default(pipeline, images):
+    import signal
+
+    return 1.0 if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL else 0.0
+
+
+@pytest.mark.mechanics
+def test_the_per_worker_measure_runs_in_a_worker_that_sigterm_ends_quietly(jpegs, monkeypatch):
+    """The pool's worker used to inherit the CLI's SIGTERM handler (it raises, to record a run as KILLED): Pool.__exit__
+    terminates the worker, and `suite bench-loader` printed 'Process ForkPoolWorker-N ... suite.cli.Terminated'
+    tracebacks on most runs (exit 0). The worker now has the default action."""
+    import signal
+
+    from suite.cli import _raise_terminated
+    from workloads.bridgetower import bench_loader
+    from workloads.bridgetower.data.pipelines import PIPELINES
+
+    monkeypatch.setattr(bench_loader, "_rate_in_worker", _sigterm_is_default)  # runs in the forked worker
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)  # as `suite bench-loader` runs
+    try:
+        assert bench_loader._per_worker_rate(PIPELINES["closed"](64), jpegs[:2]) == 1.0
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -40,7 +40,14 @@ def cmd_list(args: argparse.Namespace, argv: Sequence[str]) -> int:
         cls = load_workload(name)
         for preset in cls.presets.values():
             default = " (default)" if preset.name == cls.default_preset else ""
-            print(f"  {name}/{preset.name}{default}: batch {preset.batch_size}; {preset.description}")
+            print(f"  {name}/{preset.name}{default}: {preset.description}")
+            facts = cls.describe_preset(preset.name)
+            if "parameters" in facts:
+                print(f"      {facts['parameters'] / 1e6:,.1f}M parameters, image {facts['image_size']}, batch "
+                      f"{facts['batch_size']}, text length {facts['max_seq_length']}")
+            for key in ("purpose", "fetches"):
+                if facts.get(key):
+                    print(f"      {key}: {facts[key]}")
     print("devices:")
     for name in device_names():
         avail = load_device(name).availability()

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from suite.cli import options
 from suite.cli.display import PlainProgress, RichProgress, print_results_table, print_scores_table, stamp
-from suite.config import FILE_RUN_OPTIONS, MatrixSpec, RunConfig, load_config_file, param_text
+from suite.config import FILE_RUN_OPTIONS, TOKENIZER_MODES, MatrixSpec, RunConfig, load_config_file, param_text
 from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_json_atomic
 from suite.records.results import FINISHED
@@ -50,6 +50,11 @@ def add_parsers(sub: Any) -> None:
                           "fails the configuration, naming the file")
     run.add_argument("--weights", default=None,
                      help="pretrained checkpoint (local path or hub id); default: random init of the preset")
+    run.add_argument("--tokenizer", choices=TOKENIZER_MODES, default="auto",
+                     help="for a preset built on a checkpoint's tokenizer (large), without --weights: auto uses it "
+                          "when it is on this machine (hub cache), else a local stand-in with the same vocabulary "
+                          "size, length and padding (recorded as such; nothing fetched); hub insists on the real "
+                          "one, fetched if needed (default: %(default)s)")
     options.add_output_option(run, "./suite-results/<time>; a new folder, never one holding results")
     options.add_recording_options(run)
     run.set_defaults(func=cmd_run)
@@ -137,7 +142,7 @@ def spec_from_args(args: argparse.Namespace) -> MatrixSpec:
         workload=args.workload, preset=preset, devices=args.devices, workers=args.workers,
         loaders=args.loaders, precisions=args.precisions, engines=getattr(args, "engines", ("suite",)),
         steps=args.steps, warmup_steps=args.warmup_steps, seed=args.seed, batch_size=args.batch_size,
-        dataset=args.dataset, weights=getattr(args, "weights", None),
+        dataset=args.dataset, weights=getattr(args, "weights", None), tokenizer=getattr(args, "tokenizer", "auto"),
         skip_bad_samples=getattr(args, "skip_bad_samples", False),
         nproc_per_node=getattr(args, "nproc_per_node", 1), prefetch_factor=getattr(args, "prefetch_factor", None),
         max_image_pixels=args.max_image_pixels, max_image_bytes=args.max_image_bytes,

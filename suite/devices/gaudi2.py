@@ -179,7 +179,9 @@ class Gaudi2Adapter(DeviceAdapter):
         except ImportError:
             return None
         try:
-            pyhlml.hlmlInit()
+            from suite.recorders.system_metrics import hlml_init
+
+            hlml_init(pyhlml)
             handle = pyhlml.hlmlDeviceGetHandleByIndex(self.local_rank)
             return int(pyhlml.hlmlDeviceGetMemoryInfo(handle).used)
         except Exception:  # noqa: BLE001 - no driver view, not a failure

@@ -7,7 +7,9 @@ log under ``system/`` on that configuration's MLflow run.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import logging
 from typing import Any
 
@@ -19,6 +21,13 @@ _log = logging.getLogger(__name__)
 MEGABYTE = 1e6
 
 
+def hlml_init(hlml: Any) -> None:
+    """``hlmlInit()`` without pyhlml's own ``print("Failed to load libhlml")`` on stdout where the driver is absent
+    (``pyhlml/hlml_lib.py``): that line would land in a command's ``--json`` output; the exception says it."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        hlml.hlmlInit()
+
+
 class HPUMonitor(BaseMetricsMonitor):
     """Utilization, memory and power of every Gaudi device, read with habana-pyhlml (HLML), under the names and units
     of MLflow's GPU monitor with ``hpu`` for ``gpu``. As that monitor does, an error reading one figure is logged and
@@ -27,7 +36,7 @@ class HPUMonitor(BaseMetricsMonitor):
     def __init__(self, hlml: Any = None) -> None:
         super().__init__()
         self._hlml = hlml or importlib.import_module("pyhlml")
-        self._hlml.hlmlInit()
+        hlml_init(self._hlml)
         count = self._hlml.hlmlDeviceGetCount()
         self._handles = [self._hlml.hlmlDeviceGetHandleByIndex(index) for index in range(count)]
         self.errors = 0

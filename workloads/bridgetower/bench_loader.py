@@ -104,8 +104,17 @@ def _per_worker_rate(pipeline: ImagePipeline, images: list[bytes]) -> float:
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
-    with context.Pool(1, initializer=pipeline.worker_init) as pool:
+    with context.Pool(1, initializer=_init_measuring_worker, initargs=(pipeline,)) as pool:
         return pool.apply(_rate_in_worker, (pipeline, images))
+
+
+def _init_measuring_worker(pipeline: ImagePipeline) -> None:
+    """A forked worker dies quietly when the pool ends it: it does not keep the SIGTERM handler of the CLI it was
+    forked from (which raises to record a run as KILLED, and printed a traceback per worker on every exit)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    pipeline.worker_init()
 
 
 def _rate_in_worker(pipeline: ImagePipeline, images: list[bytes]) -> float:

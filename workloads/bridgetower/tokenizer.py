@@ -1,28 +1,45 @@
-"""Tokenizers: the real RoBERTa tokenizer of a checkpoint, or a deterministic local one for ``tiny``.
+"""Tokenizers: the real RoBERTa tokenizer of a checkpoint, or a deterministic local one.
 
 The local tokenizer is byte-level BPE with RoBERTa's special tokens and no merges: every byte is one
 token. It is built in code (no download, no training), so it is identical on every machine, and it
 works with transformers 4.55.x and 5.x alike (``PreTrainedTokenizerFast(tokenizer_object=...)``).
+
+For a preset whose checkpoint's tokenizer is not on this machine (air-gapped clusters, ``HF_HUB_OFFLINE=1``), the
+same construction padded to the checkpoint's vocabulary size is a stand-in: RoBERTa's special-token ids (``<s>`` 0,
+``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` last), every id below the model's vocabulary size, the same maximum
+length and padding, so the model computes on tensors of the same shapes as with the real vocabulary. Which one ran
+is recorded (:func:`resolve_tokenizer`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
+from suite.config import TOKENIZER_MODES
 from suite.errors import SuiteError
 
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>")  # RoBERTa's ids 0..3
 MASK_TOKEN = "<mask>"
 
 
-def build_byte_level_tokenizer() -> Any:
+
+
+def build_byte_level_tokenizer(vocab_size: int | None = None) -> Any:
+    """Byte-level BPE without merges; with ``vocab_size``, padded with unused tokens to that size (``<mask>`` last,
+    as RoBERTa's), the offline stand-in for a checkpoint's tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS)}
     for char in sorted(pre_tokenizers.ByteLevel.alphabet()):
         vocab[char] = len(vocab)
+    if vocab_size is not None:
+        if vocab_size < len(vocab) + 1:
+            raise SuiteError(f"a stand-in tokenizer needs a vocabulary of at least {len(vocab) + 1}, got {vocab_size}")
+        for index in range(len(vocab), vocab_size - 1):
+            vocab[f"<unused{index}>"] = index
     vocab[MASK_TOKEN] = len(vocab)
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -34,12 +51,12 @@ def build_byte_level_tokenizer() -> Any:
     )
 
 
-def load_pretrained_tokenizer(name_or_path: str) -> Any:
-    """The checkpoint's own tokenizer (RoBERTa for BridgeTower), from a local path or the hub."""
+def load_pretrained_tokenizer(name_or_path: str, local_files_only: bool = False) -> Any:
+    """The checkpoint's own tokenizer (RoBERTa for BridgeTower), from a local path, the hub cache or the hub."""
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(name_or_path)
+        return AutoTokenizer.from_pretrained(name_or_path, local_files_only=local_files_only)
     except Exception as exc:  # noqa: BLE001 - re-raised with what to do
         raise SuiteError(
             f"cannot load the tokenizer of {name_or_path!r} ({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); "
@@ -47,8 +64,40 @@ def load_pretrained_tokenizer(name_or_path: str) -> Any:
         ) from exc
 
 
+def resolve_tokenizer(preset_tokenizer: str, vocab_size: int, weights: str | None, mode: str = "auto"
+                      ) -> tuple[Any, str]:
+    """(tokenizer, what it is) for a preset: the local byte-level one for presets built on it; with ``weights``,
+    always the checkpoint's own; else (``auto``) the preset checkpoint's when it is on this machine (a local path
+    or the hub cache; the network is not tried), or the stand-in of its vocabulary size; ``hub`` insists on the
+    checkpoint's, fetched if needed (a clear error offline)."""
+    if mode not in TOKENIZER_MODES:
+        raise SuiteError(f"--tokenizer {mode!r}: choose one of {', '.join(TOKENIZER_MODES)}")
+    if preset_tokenizer == "local-byte-level":
+        return build_byte_level_tokenizer(), "local-byte-level"
+    if weights:
+        return load_pretrained_tokenizer(weights), weights
+    if mode == "hub":
+        return load_pretrained_tokenizer(preset_tokenizer), preset_tokenizer
+    try:
+        return load_pretrained_tokenizer(preset_tokenizer, local_files_only=True), preset_tokenizer
+    except SuiteError:
+        return build_byte_level_tokenizer(vocab_size), stand_in_name(vocab_size)
+
+
+def stand_in_name(vocab_size: int) -> str:
+    return f"local-stand-in (vocab {vocab_size})"
+
+
 def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """sha256 of the tokenizer's full serialized definition (vocab, merges, normalizers...)."""
+    """sha256 of the tokenizer's full serialized definition (vocab, merges, normalizers...), without the truncation
+    and padding a call last set on it (run-time arguments, recorded as max_seq_length): the same tokenizer has the
+    same fingerprint before and after use."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    text = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    if backend is None:
+        text = repr(sorted(tokenizer.get_vocab().items()))
+    else:
+        definition = json.loads(backend.to_str())
+        definition.pop("truncation", None)
+        definition.pop("padding", None)
+        text = json.dumps(definition, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()

@@ -25,7 +25,7 @@ from workloads.bridgetower.data.sources import ImageCaptionSource
 from workloads.bridgetower.evaluation import embed_pairs, retrieval_recall
 from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD, preprocess_image
 from workloads.bridgetower.presets import PRESETS, PUBLISHED_RECIPE, BridgeTowerPreset
-from workloads.bridgetower.tokenizer import build_byte_level_tokenizer, load_pretrained_tokenizer, tokenizer_fingerprint
+from workloads.bridgetower.tokenizer import resolve_tokenizer, stand_in_name, tokenizer_fingerprint
 
 
 def decode_on_device(device: Any, encoded: list[bytes], names: list[str] | None, image_size: int,
@@ -100,9 +100,23 @@ class BridgeTowerWorkload(Workload):
                            allow_outside_links=config.allow_outside_links)
 
     @classmethod
+    def describe_preset(cls, name: str) -> dict[str, Any]:
+        """Parameters (counted on a model built on torch's meta device: no memory, no weights), image size, batch
+        size, sequence length, what it is for and what it fetches."""
+        from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning
+
+        preset = PRESETS[name]
+        with torch.device("meta"):
+            model = BridgeTowerForContrastiveLearning(BridgeTowerConfig(**preset.model_config))
+        return {"parameters": sum(p.numel() for p in model.parameters()), "image_size": preset.image_size,
+                "batch_size": preset.batch_size, "max_seq_length": preset.max_seq_length,
+                "purpose": preset.purpose, "fetches": preset.needs_network()}
+
+    @classmethod
     def prepare(cls, config: RunConfig) -> dict[str, Any]:
         """Open and check the dataset once in the parent, before any configuration (generating the synthetic set
-        if needed): every metadata line, every file's place and kind; with --skip-bad-samples, every image."""
+        if needed): every metadata line, every file's place and kind; with --skip-bad-samples, every image. Says
+        once when a preset's tokenizer will be the local stand-in."""
         source = cls._open(config)
         if len(source) < config.batch_size:
             raise SuiteError(
@@ -110,7 +124,16 @@ class BridgeTowerWorkload(Workload):
         if config.weights and not Path(config.weights).exists() and config.weights.startswith((".", "/", "~")):
             raise SuiteError(f"weights path does not exist: {config.weights}")
         described = source.describe()
-        return {"dataset": described, "warnings": described.get("warnings", [])}
+        warnings = list(described.get("warnings", []))
+        preset = PRESETS[config.preset]
+        tokenizer = config.weights or preset.tokenizer  # loaded by each run (a checkpoint's: nothing fetched here)
+        if preset.tokenizer != "local-byte-level" and not config.weights and config.tokenizer == "auto":
+            _, tokenizer = resolve_tokenizer(preset.tokenizer, preset.vocab_size, None, "auto")  # local files only
+        if tokenizer == stand_in_name(preset.vocab_size):
+            warnings.append(f"tokenizer: {preset.tokenizer}'s is not on this machine, so a local stand-in with its "
+                            f"vocabulary size ({preset.vocab_size}), length and padding runs (same compute; recorded "
+                            "as tokenizer=local-stand-in); --tokenizer hub insists on the real one")
+        return {"dataset": described, "tokenizer": tokenizer, "warnings": warnings}
 
     @classmethod
     def recipe_deviations(cls, config: RunConfig) -> list[str]:
@@ -148,9 +171,8 @@ class BridgeTowerWorkload(Workload):
         everything: ImageCaptionSource = self._open(config)
         self._skipped = everything.describe().get("skipped_samples", 0)
         source, held_out, split = held_out_split(everything, config.batch_size * _world_size())
-        local_tokenizer = preset.tokenizer == "local-byte-level"
-        tokenizer_source = preset.tokenizer if local_tokenizer else (config.weights or preset.tokenizer)
-        tokenizer = build_byte_level_tokenizer() if local_tokenizer else load_pretrained_tokenizer(tokenizer_source)
+        tokenizer, tokenizer_source = resolve_tokenizer(preset.tokenizer, preset.vocab_size, config.weights,
+                                                        config.tokenizer)
 
         def tokenize(captions: list[str]) -> Any:
             return tokenizer(captions, max_length=preset.max_seq_length, padding="max_length", truncation=True,

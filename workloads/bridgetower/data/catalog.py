@@ -1,6 +1,7 @@
 """Which source a ``--dataset`` names, and the samples that can be used from it.
 
-* ``synthetic`` (default): the deterministic local set of :mod:`.synthetic`;
+* ``synthetic`` (default: 512 images) or ``synthetic:N`` (N images): the deterministic local set of :mod:`.synthetic`,
+  generated once per (N, seed, generator version) and cached;
 * ``newyorker``: the published dataset from the hub (:class:`.sources.HubSource`);
 * a folder path in the ``imagefolder`` layout (:class:`.sources.ImageFolderSource`).
 
@@ -16,7 +17,7 @@ from suite.errors import DatasetError
 
 from workloads.bridgetower.data.bounds import ImageBounds
 from workloads.bridgetower.data.sources import HubSource, ImageCaptionSource, ImageFolderSource
-from workloads.bridgetower.data.synthetic import DEFAULT_SAMPLES, DEFAULT_SEED, ensure_synthetic
+from workloads.bridgetower.data.synthetic import DEFAULT_SAMPLES, DEFAULT_SEED, ensure_synthetic, generation_facts
 from workloads.bridgetower.data.validation import UsableSamples, scan
 
 
@@ -33,18 +34,34 @@ def open_source(spec: str | None, skip_bad_samples: bool = False, synthetic_samp
 
 def _open(spec: str | None, synthetic_samples: int, bounds: ImageBounds, allow_outside_links: bool,
           strict_files: bool) -> ImageCaptionSource:
-    if spec in (None, "synthetic"):
-        return ImageFolderSource(ensure_synthetic(synthetic_samples, DEFAULT_SEED), kind="synthetic",
-                                 max_bytes=bounds.max_bytes)
+    if spec in (None, "synthetic") or spec.startswith("synthetic:"):
+        samples = synthetic_samples if spec in (None, "synthetic") else synthetic_size(spec)
+        root = ensure_synthetic(samples, DEFAULT_SEED)
+        return ImageFolderSource(root, kind="synthetic", max_bytes=bounds.max_bytes,
+                                 facts={"generation": generation_facts(root)})
     if spec == "newyorker":
         return HubSource(max_bytes=bounds.max_bytes)
     path = Path(spec).expanduser()
     if not path.exists():
         raise DatasetError(
-            f"dataset path does not exist: {path} (use 'synthetic', 'newyorker' or an imagefolder path)"
+            f"dataset path does not exist: {path} (use 'synthetic', 'synthetic:N', 'newyorker' or an imagefolder "
+            "path)"
         )
     return ImageFolderSource(path, allow_outside_links=allow_outside_links, max_bytes=bounds.max_bytes,
                              strict_files=strict_files)
+
+
+#: The largest synthetic set ``synthetic:N`` makes (the published set has 9,792 images; this is 100 times that).
+MAX_SYNTHETIC_SAMPLES = 979_200
+
+
+def synthetic_size(spec: str) -> int:
+    """N of ``synthetic:N``; a :class:`DatasetError` saying what is expected otherwise."""
+    text = spec.split(":", 1)[1]
+    if not text.isdigit() or not 1 <= int(text) <= MAX_SYNTHETIC_SAMPLES:
+        raise DatasetError(f"--dataset {spec!r}: synthetic:N needs a whole number of images from 1 to "
+                           f"{MAX_SYNTHETIC_SAMPLES:,} (the published set has 9,792), e.g. synthetic:9792")
+    return int(text)
 
 
 def held_out_split(source: ImageCaptionSource, batch_size: int, fraction: float = 0.1

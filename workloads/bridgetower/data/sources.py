@@ -129,9 +129,10 @@ class ImageFolderSource(ImageCaptionSource):
 
     def __init__(self, root: str | Path, caption_column: str = CAPTION_COLUMN, kind: str = "imagefolder",
                  allow_outside_links: bool = False, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
-                 strict_files: bool = True) -> None:
+                 strict_files: bool = True, facts: dict[str, Any] | None = None) -> None:
         self.root = Path(root).expanduser().resolve()
         self.kind = kind
+        self.facts = dict(facts or {})  # recorded with the description (e.g. how a synthetic set was made)
         self.caption_column = caption_column
         self.allow_outside_links = allow_outside_links
         self.max_bytes = max_bytes
@@ -233,7 +234,7 @@ class ImageFolderSource(ImageCaptionSource):
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": str(self.root), "metadata": str(self.metadata_path),
                 "caption_column": self.caption_column, "num_samples": len(self),
-                "allow_outside_links": self.allow_outside_links, "warnings": list(self.warnings)}
+                "allow_outside_links": self.allow_outside_links, "warnings": list(self.warnings), **self.facts}
 
     def fingerprint(self) -> dict[str, Any]:
         """sha256 over every sample's (file name, sha256 of the file, caption), in index order."""

@@ -15,6 +15,7 @@ import os
 import random
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from PIL import Image, ImageDraw
@@ -114,6 +115,18 @@ def draw_cartoon(index: int, seed: int = DEFAULT_SEED) -> tuple[Image.Image, str
     return image, caption_for(rng, paper, figures, window)
 
 
+#: Written beside metadata.jsonl: how the set was made and how long it took (read back by :func:`generation_facts`).
+GENERATION_FILE = "generation.json"
+
+
+def generation_facts(root: Path) -> dict[str, object]:
+    """What :data:`GENERATION_FILE` says about the synthetic set in ``root`` (empty for sets made before it)."""
+    try:
+        return dict(json.loads((root / GENERATION_FILE).read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
 def cache_root() -> Path:
     """``$SUITE_CACHE_DIR`` or ``~/.cache/suite``."""
     return Path(os.environ.get("SUITE_CACHE_DIR") or Path.home() / ".cache" / "suite")
@@ -133,12 +146,16 @@ def ensure_synthetic(samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED, r
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
+        started = time.perf_counter()
         with open(staging / "metadata.jsonl", "w") as meta:
             for index in range(samples):
                 image, caption = draw_cartoon(index, seed)
                 name = f"{index:05d}.jpg"
                 image.save(staging / name, format="JPEG", quality=90)
                 meta.write(json.dumps({"file_name": name, CAPTION_COLUMN: caption}) + "\n")
+        (staging / GENERATION_FILE).write_text(json.dumps({
+            "samples": samples, "seed": seed, "generator_version": GENERATOR_VERSION,
+            "generation_s": round(time.perf_counter() - started, 2)}))
         try:
             staging.rename(target)
         except OSError:
