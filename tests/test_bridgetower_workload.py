@@ -14,7 +14,7 @@ from conftest import run_configuration_process
 
 
 def test_presets_fix_batch_size_and_shapes():
-    assert BridgeTowerWorkload.default_preset == "tiny" and set(PRESETS) == {"tiny", "large"}
+    assert BridgeTowerWorkload.default_preset == "tiny" and set(PRESETS) == {"tiny", "small", "large"}
     assert TINY.batch_size == 8 and LARGE.batch_size == 48
     vision = LARGE.model_config["vision_config"]
     assert (vision["image_size"], vision["patch_size"]) == (294, 14)

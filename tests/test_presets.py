@@ -24,9 +24,14 @@ ROBERTA_SPECIAL_IDS = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3, "<mask>": 50
 @pytest.fixture
 def offline_hub(monkeypatch, tmp_path):
     """An empty hub cache and HF_HUB_OFFLINE=1: an air-gapped machine."""
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    # huggingface_hub reads these at import: set its constants too, or a lookup waits on the network's timeouts
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
 
 
 def test_the_large_preset_offline_tokenizes_like_the_checkpoint_would(offline_hub):

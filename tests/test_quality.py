@@ -131,6 +131,7 @@ def test_logs_of_every_loader_pass_the_stock_common_ruleset(loader_runs):
         assert run["facts"]["submission"]["recipe_deviations"]  # why it is not closed
 
 
+@pytest.mark.mechanics
 def test_the_stock_check_is_not_vacuous(loader_runs, tmp_path):
     folder, runs = loader_runs
     lines = run_file(folder, runs[0], "mlperf.log").read_text().splitlines()
