@@ -43,10 +43,10 @@ class Row:
     @property
     def contended(self) -> bool:
         """Other work used the machine during its measured windows (see suite.trackers.contention)."""
-        from suite.trackers.contention import OTHERS_SHARE_LIMIT, STEAL_SHARE_LIMIT
+        from suite.trackers.contention import is_contended
 
-        return (self.metrics.get("contention_others_cpu_share", 0.0) > OTHERS_SHARE_LIMIT
-                or self.metrics.get("contention_steal_share", 0.0) > STEAL_SHARE_LIMIT)
+        return is_contended(self.metrics.get("contention_others_cpu_share", 0.0),
+                            self.metrics.get("contention_steal_share", 0.0))
 
     def as_dict(self) -> dict[str, Any]:
         return {"config_id": self.config_id, "label": self.label, "contended": self.contended,

@@ -20,7 +20,9 @@ never needs it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 from typing import Any
 
 from suite.devices.base import Availability, DeviceAdapter, DeviceMemory, TrainingOps
@@ -43,6 +45,13 @@ def hpu_mode() -> str:
     except (ImportError, AttributeError) as exc:
         raise SuiteError(f"cannot ask the Habana bridge which execution mode runs (habana_frameworks.torch.utils."
                          f"internal.is_lazy): {exc}") from exc
+
+
+def hlml_init(hlml: Any) -> None:
+    """``hlmlInit()`` without pyhlml's own ``print("Failed to load libhlml")`` on stdout where the driver is absent
+    (``pyhlml/hlml_lib.py``): that line would land in a command's ``--json`` output; the exception says it."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        hlml.hlmlInit()
 
 
 class HabanaFusedOps(TrainingOps):
@@ -179,8 +188,6 @@ class Gaudi2Adapter(DeviceAdapter):
         except ImportError:
             return None
         try:
-            from suite.recorders.system_metrics import hlml_init
-
             hlml_init(pyhlml)
             handle = pyhlml.hlmlDeviceGetHandleByIndex(self.local_rank)
             return int(pyhlml.hlmlDeviceGetMemoryInfo(handle).used)

@@ -7,25 +7,18 @@ log under ``system/`` on that configuration's MLflow run.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import io
 import logging
 from typing import Any
 
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
 
+from suite.devices.gaudi2 import hlml_init
+
 _log = logging.getLogger(__name__)
 #: MLflow's GPU monitor logs ``gpu_<i>_memory_usage_megabytes`` as bytes / 1e6 (mlflow/system_metrics/metrics/
 #: gpu_monitor.py); the HPU figures use the same unit, so that GPU and HPU rows compare.
 MEGABYTE = 1e6
-
-
-def hlml_init(hlml: Any) -> None:
-    """``hlmlInit()`` without pyhlml's own ``print("Failed to load libhlml")`` on stdout where the driver is absent
-    (``pyhlml/hlml_lib.py``): that line would land in a command's ``--json`` output; the exception says it."""
-    with contextlib.redirect_stdout(io.StringIO()):
-        hlml.hlmlInit()
 
 
 class HPUMonitor(BaseMetricsMonitor):
@@ -41,26 +34,26 @@ class HPUMonitor(BaseMetricsMonitor):
         self._handles = [self._hlml.hlmlDeviceGetHandleByIndex(index) for index in range(count)]
         self.errors = 0
 
-    def _read(self, what: str, index: int, handle: Any) -> None:
-        prefix = f"hpu_{index}"
-        try:
-            if what == "memory":
-                info = self._hlml.hlmlDeviceGetMemoryInfo(handle)
-                self._metrics[f"{prefix}_memory_usage_percentage"].append(round(100.0 * info.used / info.total, 1))
-                self._metrics[f"{prefix}_memory_usage_megabytes"].append(info.used / MEGABYTE)
-            elif what == "utilization":
-                rates = self._hlml.hlmlDeviceGetUtilizationRates(handle)
-                self._metrics[f"{prefix}_utilization_percentage"].append(float(getattr(rates, "aip", rates)))
-            else:  # power, in milliwatts
-                self._metrics[f"{prefix}_power_usage_watts"].append(self._hlml.hlmlDeviceGetPowerUsage(handle) / 1000)
-        except Exception as exc:  # noqa: BLE001 - HLMLError and friends: one figure lost, not the monitor
-            self.errors += 1
-            _log.warning("HPU %d: cannot read %s: %s", index, what, exc)
+    def _memory(self, prefix: str, handle: Any) -> None:
+        info = self._hlml.hlmlDeviceGetMemoryInfo(handle)
+        self._metrics[f"{prefix}_memory_usage_percentage"].append(round(100.0 * info.used / info.total, 1))
+        self._metrics[f"{prefix}_memory_usage_megabytes"].append(info.used / MEGABYTE)
+
+    def _utilization(self, prefix: str, handle: Any) -> None:
+        rates = self._hlml.hlmlDeviceGetUtilizationRates(handle)
+        self._metrics[f"{prefix}_utilization_percentage"].append(float(getattr(rates, "aip", rates)))
+
+    def _power(self, prefix: str, handle: Any) -> None:  # HLML reports milliwatts
+        self._metrics[f"{prefix}_power_usage_watts"].append(self._hlml.hlmlDeviceGetPowerUsage(handle) / 1000)
 
     def collect_metrics(self) -> None:
         for index, handle in enumerate(self._handles):
-            for what in ("memory", "utilization", "power"):
-                self._read(what, index, handle)
+            for what, read in (("memory", self._memory), ("utilization", self._utilization), ("power", self._power)):
+                try:
+                    read(f"hpu_{index}", handle)
+                except Exception as exc:  # noqa: BLE001 - HLMLError and friends: one figure lost, not the monitor
+                    self.errors += 1
+                    _log.warning("HPU %d: cannot read %s: %s", index, what, exc)
 
     def aggregate_metrics(self) -> dict[str, float]:
         return {name: round(sum(values) / len(values), 1) for name, values in self._metrics.items() if values}

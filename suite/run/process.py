@@ -223,28 +223,21 @@ def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, em
     steps.start_clock()
     flops_per_step: float | None = None
     done = 0
-    # this configuration's own processes: under torchrun every local rank, so the launcher's tree
-    contention = ContentionMeter(os.getppid() if rank.world_size > 1 else None)
+    # contention of this configuration's own processes: under torchrun every local rank, so the launcher's tree
+    own = ContentionMeter(os.getppid() if rank.world_size > 1 else None)
+    block = _MeasuredBlock(config, mlperf, global_batch, own)
     for step in range(total):
         if step == config.warmup_steps:
-            mlperf.start(constants.BLOCK_START, metadata={"first_step": step, "step_count": config.most_steps,
-                                                          "samples_count": step * global_batch})
-            contention.start()
+            block.start()
         if step == 0 and config.warmup_steps > 0:  # count model FLOPs once, in an unmeasured step
             flops_per_step = _counted_step(steps)
         else:
             steps.step()
         done = step + 1
         emit_event(step=done, total=total, loss=result.losses[-1])
-        if quality.due(done):
-            stop = quality.evaluate(done)
-            steps.start_clock()  # the evaluation is in no step's time
-            if stop:
-                break
-    mlperf.end(constants.BLOCK_STOP, metadata={"first_step": config.warmup_steps,
-                                               "step_count": done - config.warmup_steps,
-                                               "samples_count": done * global_batch})
-    _record_contention(result, contention)
+        if _evaluate_between_steps(quality, steps, done):
+            break
+    block.end(done, result)
     stats = steps.record(result)
     if stats is None:
         raise SuiteError(f"no measured step: the run stopped after {done} steps, within its {config.warmup_steps} "
@@ -262,9 +255,8 @@ def _train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: 
     if rank.world_size > 1:
         raise SuiteError("engine hf-trainer runs on one device per configuration (use engine suite to scale out)")
     total = config.total_steps
-    global_batch = config.batch_size
     steps = TrainingSteps(config, adapter, workload, losses=result.losses)
-    contention = ContentionMeter()
+    block = _MeasuredBlock(config, mlperf, config.batch_size, ContentionMeter())
     emit_event(phase="training (hf-trainer)", total=total)
 
     class Hooks:
@@ -276,10 +268,7 @@ def _train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: 
 
         def batch_ready(self, batch: Any) -> None:
             if len(steps.timings) == config.warmup_steps and not self.block_started:
-                mlperf.start(constants.BLOCK_START, metadata={"first_step": config.warmup_steps,
-                                                              "step_count": config.most_steps,
-                                                              "samples_count": config.warmup_steps * global_batch})
-                contention.start()
+                block.start()
                 self.block_started = True
             steps.batch_ready(batch)
 
@@ -288,21 +277,14 @@ def _train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: 
             steps.step_end(loss)
             done = len(steps.timings)
             emit_event(step=done, total=total, loss=result.losses[-1])
-            if not quality.due(done):
-                return False
-            stop = quality.evaluate(done)
-            steps.start_clock()  # the evaluation is in no step's time
-            return stop
+            return _evaluate_between_steps(quality, steps, done)
 
     trainer_figures = workload.train_with_trainer(Hooks())
     result.facts["workload"] = workload.facts()  # now including what the trainer built
     done = len(steps.timings)
     if done != total and quality.reached is None:
         raise SuiteError(f"the trainer ran {done} steps, not {total}")
-    mlperf.end(constants.BLOCK_STOP, metadata={"first_step": config.warmup_steps,
-                                               "step_count": done - config.warmup_steps,
-                                               "samples_count": done * global_batch})
-    _record_contention(result, contention)
+    block.end(done, result)
     steps.record(result)
     for key, value in trainer_figures.items():
         result.metrics[f"trainer_{key}"] = float(value)
@@ -314,12 +296,38 @@ def _train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: 
     quality.finish(result, done)
 
 
-def _record_contention(result: RunResult, meter: ContentionMeter) -> None:
-    """How busy the machine was with other work during the measured window (see suite.trackers.contention)."""
-    reading = meter.stop()
-    if reading is not None:
-        result.metrics.update(reading.metrics())
-        result.facts["contention"] = reading.facts()
+class _MeasuredBlock:
+    """The measured window of both engines: MLPerf's block_start/block_stop around the measured steps, and how busy
+    the machine was with other work meanwhile (see suite.trackers.contention)."""
+
+    def __init__(self, config: RunConfig, mlperf: MlperfLog, global_batch: int, contention: ContentionMeter) -> None:
+        self.config, self.mlperf, self.global_batch, self.contention = config, mlperf, global_batch, contention
+
+    def start(self) -> None:
+        first = self.config.warmup_steps
+        self.mlperf.start(constants.BLOCK_START, metadata={"first_step": first, "step_count": self.config.most_steps,
+                                                           "samples_count": first * self.global_batch})
+        self.contention.start()
+
+    def end(self, done: int, result: RunResult) -> None:
+        """After ``done`` steps in all (warm-up included)."""
+        first = self.config.warmup_steps
+        self.mlperf.end(constants.BLOCK_STOP, metadata={"first_step": first, "step_count": done - first,
+                                                        "samples_count": done * self.global_batch})
+        reading = self.contention.stop()
+        if reading is not None:
+            result.metrics.update(reading.metrics())
+            result.facts["contention"] = reading.facts()
+
+
+def _evaluate_between_steps(quality: QualityTracker, steps: TrainingSteps, done: int) -> bool:
+    """Evaluate when due after ``done`` steps; the step clock restarts after it, so the evaluation is in no step's
+    time. True: the quality target is met (stop training)."""
+    if not quality.due(done):
+        return False
+    stop = quality.evaluate(done)
+    steps.start_clock()
+    return stop
 
 
 def _clear_caches(config: RunConfig, mlperf: MlperfLog, facts: dict[str, Any]) -> None:

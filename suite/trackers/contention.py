@@ -21,6 +21,12 @@ OTHERS_SHARE_LIMIT = 0.10
 STEAL_SHARE_LIMIT = 0.02
 
 
+def is_contended(others_share: float, steal_share: float) -> bool:
+    """The rule: other processes used more than :data:`OTHERS_SHARE_LIMIT` of the cores, or the hypervisor stole
+    more than :data:`STEAL_SHARE_LIMIT`."""
+    return others_share > OTHERS_SHARE_LIMIT or steal_share > STEAL_SHARE_LIMIT
+
+
 def _busy_seconds(times: object) -> float:
     """CPU seconds the machine ran something (steal excluded: it is counted on its own)."""
     idle = getattr(times, "idle", 0.0) + getattr(times, "iowait", 0.0) + getattr(times, "steal", 0.0)
@@ -58,7 +64,7 @@ class Contention:
 
     @property
     def contended(self) -> bool:
-        return self.others_share > OTHERS_SHARE_LIMIT or self.steal_share > STEAL_SHARE_LIMIT
+        return is_contended(self.others_share, self.steal_share)
 
     def metrics(self) -> dict[str, float]:
         figures = {"contention_others_cpu_share": self.others_share, "contention_steal_share": self.steal_share}

@@ -127,8 +127,8 @@ class BridgeTowerWorkload(Workload):
         warnings = list(described.get("warnings", []))
         preset = PRESETS[config.preset]
         tokenizer = config.weights or preset.tokenizer  # loaded by each run (a checkpoint's: nothing fetched here)
-        if preset.tokenizer != "local-byte-level" and not config.weights and config.tokenizer == "auto":
-            _, tokenizer = resolve_tokenizer(preset.tokenizer, preset.vocab_size, None, "auto")  # local files only
+        if not config.weights and config.tokenizer == "auto":  # what the runs will use; reads local files only
+            _, tokenizer = resolve_tokenizer(preset.tokenizer, preset.vocab_size, None, "auto")
         if tokenizer == stand_in_name(preset.vocab_size):
             warnings.append(f"tokenizer: {preset.tokenizer}'s is not on this machine, so a local stand-in with its "
                             f"vocabulary size ({preset.vocab_size}), length and padding runs (same compute; recorded "

@@ -19,7 +19,7 @@ from suite.fileio import write_json_atomic
 from suite.imaging import decode_to_rgb_tensor
 
 from workloads.bridgetower.data.bounds import ImageBounds
-from workloads.bridgetower.data.sources import ImageCaptionSource
+from workloads.bridgetower.data.sources import ImageCaptionSource, SourceSubset
 from workloads.bridgetower.data.synthetic import cache_root
 
 
@@ -57,30 +57,15 @@ def scan(source: ImageCaptionSource, bounds: ImageBounds) -> Scan:
     return result
 
 
-class UsableSamples(ImageCaptionSource):
+class UsableSamples(SourceSubset):
     """``source`` without the samples a :func:`scan` found unusable."""
 
     def __init__(self, source: ImageCaptionSource, result: Scan) -> None:
         if not result.usable:
             raise DatasetError(f"no usable samples: all {len(source)} failed to decode "
                                f"(first: {result.bad[0][0]}: {result.bad[0][1]})")
-        self.source, self.scan = source, result
-
-    def __len__(self) -> int:
-        return len(self.scan.usable)
-
-    def captions(self) -> list[str]:
-        captions = self.source.captions()
-        return [captions[i] for i in self.scan.usable]
-
-    def read_bytes(self, index: int) -> bytes:
-        return self.source.read_bytes(self.scan.usable[index])
-
-    def name_of(self, index: int) -> str:
-        return self.source.name_of(self.scan.usable[index])
-
-    def sample_key(self, index: int) -> str:
-        return self.source.sample_key(self.scan.usable[index])
+        super().__init__(source, list(result.usable), "usable")
+        self.scan = result
 
     def describe(self) -> dict[str, Any]:
         return {**self.source.describe(), "num_samples": len(self), "skipped_samples": len(self.scan.bad),
