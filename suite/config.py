@@ -14,7 +14,7 @@ import json
 import re
 from dataclasses import dataclass, field, fields
 import os
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Sequence
 
 from suite.errors import ConfigError
 
@@ -261,6 +261,30 @@ class RunConfig(RunSettings):
         if self.nproc_per_node > 1:
             text += f" nproc={self.nproc_per_node}"
         return text
+
+
+#: The axes a person reads a configuration by, as (name shown, field), in the order shown.
+LABEL_AXES = (("device", "device"), ("workers", "num_workers"), ("loader", "loader"), ("precision", "precision"),
+              ("engine", "engine"), ("prefetch", "prefetch_factor"), ("nproc", "nproc_per_node"),
+              ("batch", "batch_size"), ("seed", "seed"))
+
+
+def short_labels(configs: Sequence[RunConfig]) -> dict[str, str]:
+    """config_id -> the axes that vary among ``configs``, named as :meth:`RunConfig.describe` names them
+    (``workers=2 loader=cpu-fast precision=bf16``): what tells the configurations of one matrix apart. A lone
+    configuration gets its whole description; configurations that differ only outside these axes (dataset,
+    steps...) also get their id's digest."""
+    unique = list({c.config_id: c for c in configs}.values())
+    if len(unique) < 2:
+        return {c.config_id: c.describe() for c in unique}
+    varying = [(name, field_) for name, field_ in LABEL_AXES if len({getattr(c, field_) for c in unique}) > 1]
+    labels = {c.config_id: " ".join(f"{name}={param_text(getattr(c, field_))}" for name, field_ in varying)
+              for c in unique}
+    counts: dict[str, int] = {}
+    for label in labels.values():
+        counts[label] = counts.get(label, 0) + 1
+    return {cid: (label if counts[label] == 1 else f"{label} #{cid.rsplit('-', 1)[-1]}").strip()
+            for cid, label in labels.items()}
 
 
 def param_text(value: Any) -> str:

@@ -1,5 +1,10 @@
 import os
+import shutil
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -50,7 +55,6 @@ def run_configuration_process(tmp_path, config):
     """Run ``config`` (a RunConfig) through the configuration process alone (no runner), as a user running
     `python -m suite.run.process --run-folder DIR` by hand does; its result.json."""
     import json
-    import subprocess
 
     folder = Path(tmp_path) / "direct" / "runs" / "run"
     folder.mkdir(parents=True)
@@ -58,3 +62,42 @@ def run_configuration_process(tmp_path, config):
     subprocess.run([sys.executable, "-m", "suite.run.process", "--run-folder", str(folder)], check=True,
                    capture_output=True)
     return json.loads((folder / "result.json").read_text())
+
+
+# --- a real MLflow tracking server (test_tracking_server.py, test_scale_out.py) ----------------------------
+MLFLOW = shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_mlflow_server(workdir: Path, port: int, backend_uri: str | None = None) -> subprocess.Popen:
+    """`mlflow server` on 127.0.0.1:port (its own process group) over ``backend_uri`` (default: a sqlite file in
+    ``workdir``), artifacts served from ``workdir``; waits for /health."""
+    proc = subprocess.Popen([MLFLOW, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                             "--backend-store-uri", backend_uri or f"sqlite:///{workdir}/server.db",
+                             "--artifacts-destination", str(workdir / "artifacts")],
+                            cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+                if response.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.5)
+    stop_server(proc)
+    raise AssertionError("mlflow server did not answer /health within 90 s")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 15)  # the server and its worker processes
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()

@@ -6,7 +6,7 @@ import pytest
 
 from suite.analysis.audit import FAIL, PASS, Record, audit_reference, check_loader, check_warmup_accounting
 from suite.cli import main
-from suite.analysis.published import compare, load_reference, measured_table, ratios, reference_table
+from suite.analysis.published import align, load_reference, measured_table, ratios, reference_table
 from suite.errors import SuiteError
 
 pytestmark = pytest.mark.mechanics
@@ -65,10 +65,14 @@ def _row(throughput, runs=1, **fields):
 def test_measured_ratios_line_up_with_published_ones():
     _, data = load_reference(str(REFERENCE))
     rows = [_row(40.0), _row(70.0, num_workers=2)]
-    by_name = {r.name: r for r in compare(reference_table(data), measured_table(rows))}
-    row = by_name["h100 cpu-loader bf16 hf-trainer: workers 2 vs 0"]
-    assert row.published == pytest.approx(602.1 / 336.5) and row.measured == pytest.approx(70.0 / 40.0)
-    assert by_name["gaudi2 vs h100: cpu-loader bf16 hf-trainer, workers 0"].measured is None
+    alignment = align(reference_table(data), measured_table(rows))
+    by_kind = {r.kind.label: r for r in alignment.ratios}
+    row = by_kind["loader cpu: workers 2 vs 0"]
+    [h100_published] = [s for s in alignment.published_series if s.device == "h100"]
+    [h100_measured] = alignment.measured_series
+    assert row.published[h100_published] == pytest.approx(602.1 / 336.5)
+    assert row.measured[h100_measured] == pytest.approx(70.0 / 40.0)
+    assert "loader=cpu workers=1" in by_kind["loader cpu: workers 1 vs 0"].why[h100_measured]
 
 
 def test_measured_ratios_keep_precision_and_engine_apart_whatever_the_row_order():

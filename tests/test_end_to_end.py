@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from suite.cli import main
 from suite.config import RunConfig
+from suite.recorders.metric_names import mlflow_name
 
 from conftest import run_file, runs_of
 
@@ -31,6 +32,35 @@ def matrix_run(tmp_path_factory):
                  "--output", str(tmp / "out"), "--tracking-uri", uri, "--no-progress"])
     results = runs_of(tmp / "out")
     return code, results, MlflowClient(tracking_uri=uri), tmp
+
+
+def test_mlflow_reads_at_a_glance(matrix_run):
+    """Child runs are named by what varies (workers), the full id in a tag; the matrix run carries summary metrics,
+    the results table as its description and the report as artifacts; the experiment says what it holds."""
+    _, results, client, tmp = matrix_run
+    experiment = client.get_experiment_by_name("bridgetower")
+    assert "Each `suite run` is a parent run" in experiment.tags["mlflow.note.content"]
+    runs = client.search_runs([experiment.experiment_id])
+    [parent] = [r for r in runs if r.data.tags.get("suite.role") == "matrix"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.info.run_name for r in children) == ["workers=0", "workers=2"]
+    for child in children:
+        config_id = child.data.tags["suite.config_id"]
+        assert f"-nw{child.info.run_name.split('=')[1]}-" in config_id
+        assert config_id in child.data.tags["mlflow.note.content"] and "samples/s" in child.data.tags[
+            "mlflow.note.content"]
+    best = max(results, key=lambda r: r["metrics"]["throughput_samples_per_s"])
+    m = parent.data.metrics
+    assert m["summary/best_throughput_samples_per_s"] == pytest.approx(best["metrics"]["throughput_samples_per_s"])
+    baseline = next(r for r in results if r["config"]["num_workers"] == 0)
+    assert m["summary/speedup_best_over_baseline"] == pytest.approx(
+        best["metrics"]["throughput_samples_per_s"] / baseline["metrics"]["throughput_samples_per_s"])
+    assert parent.data.tags["suite.best_config_id"] == RunConfig.from_dict(best["config"]).config_id
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.count("\n| cpu | cpu |") == 2 and "report/report.html" in note
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {"report/report.html", "report/report.md", "report/report-throughput.png"} <= artifacts
+    assert (tmp / "out" / "report.html").is_file() and (tmp / "out" / "report.md").is_file()
 
 
 def test_every_configuration_finished_into_results_json(matrix_run):
@@ -112,8 +142,10 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
         run = children[r["mlflow_run_id"]]
         assert run.info.status == "FINISHED"
         assert run.data.params == RunConfig.from_dict(r["config"]).as_params()  # every config field
-        for key in METRICS:
-            assert run.data.metrics[key] == pytest.approx(r["metrics"][key])
+        for key in METRICS:  # grouped for MLflow's chart sections; bytes also as MiB
+            assert run.data.metrics[mlflow_name(key)] == pytest.approx(r["metrics"][key])
+        assert run.data.metrics["memory/host_ram_peak_pss_mib"] == pytest.approx(
+            r["metrics"]["host_ram_peak_pss_bytes"] / 2**20)
         history = client.get_metric_history(run.info.run_id, "loss")
         assert [h.step for h in history] == list(range(STEPS + WARMUP))
         assert [h.value for h in history] == pytest.approx(r["losses"])
@@ -129,8 +161,8 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
         assert "FINISHED" in log
         recorded = json.loads(open(client.download_artifacts(run.info.run_id, "result.json")).read())
         assert recorded["metrics"]["host_ram_peak_pss_bytes"] == r["metrics"]["host_ram_peak_pss_bytes"]
-    assert [a.path for a in client.list_artifacts(parents[0].info.run_id)] == ["matrix.json", "results.json",
-                                                                                "scores.json"]
+    assert [a.path for a in client.list_artifacts(parents[0].info.run_id)] == ["matrix.json", "report",
+                                                                                "results.json", "scores.json"]
     params = parents[0].data.params  # plain values, not Python reprs
     assert (params["devices"], params["workers"], params["batch_size"]) == ("cpu", "0,2", "default")
 
@@ -195,7 +227,7 @@ def test_repeats_are_scored_and_nested_in_mlflow(tmp_path):
     repeat_runs = [r for r in runs if r.data.tags.get("suite.role") == "repeat"]
     assert {r.data.tags["mlflow.parentRunId"] for r in repeat_runs} == {config_run.info.run_id}
     assert sorted(r.info.run_id for r in repeat_runs) == sorted(r["mlflow_run_id"] for r in results)
-    assert config_run.data.metrics["throughput_samples_per_s"] == pytest.approx(score["throughput_score"])
+    assert config_run.data.metrics["throughput/throughput_samples_per_s"] == pytest.approx(score["throughput_score"])
     assert config_run.info.status == "FINISHED"
 
 

@@ -8,6 +8,7 @@ from mlflow.tracking import MlflowClient
 from suite.cli import main
 from suite.config import MatrixSpec
 from suite.errors import ConfigError
+from suite.recorders.metric_names import suite_metrics
 
 from conftest import run_file, runs_of
 
@@ -31,7 +32,7 @@ def test_both_engines_run_side_by_side_with_the_trainers_own_figure(tmp_path, ca
     assert trainer_run["facts"]["workload"]["optimizer"].startswith("AdamW")
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs(client.search_experiments()[0].experiment_id, "tags.`suite.role` = 'configuration'")
-    engines = {r.data.params["engine"]: r.data.metrics for r in runs}
+    engines = {r.data.params["engine"]: suite_metrics(r.data.metrics) for r in runs}
     assert set(engines) == {"suite", "hf-trainer"}
     assert "trainer_train_samples_per_second" in engines["hf-trainer"]
     # what ran, observed: the trainer's own DataLoader and the reference pipeline that made its batches

@@ -21,6 +21,7 @@ from suite.config import RunConfig, param_text
 from suite.errors import ResultsFolderError
 from suite.records.results import FAILED, FINISHED, KILLED, RunResult
 from suite.records.store import MatrixInfo, ResultsStore
+from suite.recorders.base import Recorder
 
 pytestmark = pytest.mark.mechanics
 
@@ -275,7 +276,7 @@ def test_the_loader_facts_come_from_what_ran_not_from_the_config(monkeypatch):
 
 
 # --- a store write failing in the middle of a matrix (defect 7, in-process) ------------------------------------
-class _ListRecorder:
+class _ListRecorder(Recorder):
     def __init__(self):
         self.ended, self.closed = [], None
 

@@ -2,59 +2,20 @@
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from suite.cli import main
 
-from conftest import runs_of
+from conftest import free_port, runs_of, start_mlflow_server, stop_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mechanics]
-MLFLOW = shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow"
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(workdir: Path, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([MLFLOW, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-                             "--backend-store-uri", f"sqlite:///{workdir}/server.db"],
-                            cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                if response.status == 200:
-                    return proc
-        except OSError:
-            time.sleep(0.5)
-    _stop_server(proc)
-    raise AssertionError("mlflow server did not answer /health within 90 s")
-
-
-def _stop_server(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, 15)  # the server and its worker processes
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-
-
 def test_unreachable_server_is_a_clear_error_before_anything_runs(tmp_path, capsys):
-    uri = f"http://127.0.0.1:{_free_port()}"
+    uri = f"http://127.0.0.1:{free_port()}"
     assert main(["run", "--tracking-uri", uri, "--output", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"MLflow tracking server {uri} is unreachable" in err[0]
@@ -65,9 +26,9 @@ def test_a_server_killed_mid_matrix_costs_seconds_and_upload_records_every_run_o
     """Issue 18, defect 8: with MLflow's default retries a dead server stalled the matrix ~8 minutes; the suite
     bounds them itself (no retry settings are given here). Defect 11: uploading into another store leaves the
     folder's run ids alone."""
-    port = _free_port()
+    port = free_port()
     uri = f"http://127.0.0.1:{port}"
-    server = _start_server(tmp_path, port)
+    server = start_mlflow_server(tmp_path, port)
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_HTTP_REQUEST")}
     try:
@@ -91,7 +52,7 @@ def test_a_server_killed_mid_matrix_costs_seconds_and_upload_records_every_run_o
         assert results[0]["mlflow_run_id"] and results[1]["mlflow_run_id"] is None
         assert json.loads((out / "matrix.json").read_text())["status"] == "FINISHED"  # what happened to the runs
 
-        server = _start_server(tmp_path, port)
+        server = start_mlflow_server(tmp_path, port)
         assert main(["upload", str(out), "--tracking-uri", uri]) == 0
         assert main(["upload", str(out), "--tracking-uri", uri]) == 0  # a second upload changes nothing
         client = MlflowClient(tracking_uri=uri)
@@ -105,7 +66,7 @@ def test_a_server_killed_mid_matrix_costs_seconds_and_upload_records_every_run_o
         assert {r.info.status for r in configs} == {"FINISHED"}
         assert sorted(r.info.run_id for r in configs) == sorted(r["mlflow_run_id"] for r in uploaded)
         for r in configs:
-            assert r.data.metrics["throughput_samples_per_s"] > 0
+            assert r.data.metrics["throughput/throughput_samples_per_s"] > 0
             assert r.data.tags["mlflow.parentRunId"] == matrices[0].info.run_id
 
         before = (out / "results.json").read_bytes()  # another store: the folder's ids stay those of its own
@@ -117,4 +78,4 @@ def test_a_server_killed_mid_matrix_costs_seconds_and_upload_records_every_run_o
             "tags.`suite.role` = 'configuration'")
         assert len(copied) == 2 and not {r.info.run_id for r in copied} & {r["mlflow_run_id"] for r in uploaded}
     finally:
-        _stop_server(server)
+        stop_server(server)

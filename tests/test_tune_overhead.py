@@ -57,6 +57,9 @@ def test_suite_tune_records_the_sweep_the_pick_and_the_plot(tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "recommended: workers=" in out
+    table = out.split("every setting, with its spread", 1)[1]  # each point with its interval and host flag
+    assert table.count("workers=1, prefetch=") == 2 and "recommended" in table
+    assert table.count("quiet") + table.count("BUSY") == 3
     summary = json.loads((tmp_path / "out" / "tune.json").read_text())
     assert [(p["num_workers"], p["prefetch_factor"]) for p in summary["points"]] == [(0, None), (1, 1), (1, 2)]
     assert (tmp_path / "out" / "tune.png").stat().st_size > 10_000

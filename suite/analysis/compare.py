@@ -115,6 +115,7 @@ def rows_from_mlflow(gateway: Any, run_id: str | None = None, experiment: str | 
     """One row per configuration id over the measured runs (one per configuration run, repeats included) of a
     matrix run, an experiment, or matching a filter string; every page of results is read."""
     from suite.recorders import mlflow_gateway as tags
+    from suite.recorders.metric_names import suite_metrics
 
     clauses = [f"tags.`{tags.ROLE}` != 'matrix'", f"tags.`{tags.ROLE}` != 'audit'"]
     if run_id:
@@ -123,7 +124,9 @@ def rows_from_mlflow(gateway: Any, run_id: str | None = None, experiment: str | 
         uid = matrix.data.tags.get(tags.MATRIX_UID)
         if matrix.data.tags.get(tags.ROLE) != "matrix" or not uid:
             raise SuiteError(f"MLflow run {run_id} is not a matrix run of this suite")
-        clauses.append(f"tags.`{tags.MATRIX_UID}` = '{uid}'")
+        matrix_id = matrix.data.tags.get(tags.MATRIX_ID)  # a shard: every shard of its matrix
+        clauses.append(f"tags.`{tags.MATRIX_ID}` = '{matrix_id}'" if matrix_id
+                       else f"tags.`{tags.MATRIX_UID}` = '{uid}'")
     elif experiment:
         found = gateway.experiment_id(experiment, create=False)
         if found is None:
@@ -142,10 +145,11 @@ def rows_from_mlflow(gateway: Any, run_id: str | None = None, experiment: str | 
         except SuiteError as exc:
             raise SuiteError(f"MLflow run {run.info.run_id}: {exc}") from None
         group = groups.setdefault(config.config_id, _Group(config))
-        if run.info.status != FINISHED or THROUGHPUT not in run.data.metrics:
+        metrics = suite_metrics(run.data.metrics)
+        if run.info.status != FINISHED or THROUGHPUT not in metrics:
             group.unfinished += 1
             continue
-        group.metrics.append(dict(run.data.metrics))
+        group.metrics.append(metrics)
         group.run_ids.append(run.info.run_id)
         parent = _matrix_run_of(gateway, run)
         if parent:

@@ -1,7 +1,9 @@
 """Measured results beside published ones, as ratios measured within each side.
 
 Absolute numbers from different machines do not compare; ratios do: more workers vs none, one device vs
-another, device decoding vs the CPU loader, each with every other axis equal. A cell of either table is a
+another, device decoding vs the CPU loader, each with every other axis equal. :func:`align` lines the two sides up
+by what a ratio compares (a :class:`RatioKind`), not by device, so a CPU run's "workers 2 vs 0" sits on the row of
+Gaudi2's, H100's and A100's published one. A cell of either table is a
 :class:`Cell` (device, loader, workers, precision, engine); the published file says which precision and engine
 its figures were measured with (``suite_config``). Two measured rows that fall on one cell (they differ in an
 axis the published table does not have, e.g. the prefetch factor or the batch size) are an error naming both,
@@ -30,13 +32,6 @@ class Cell:
     @property
     def context(self) -> str:
         return f"{self.precision} {self.engine}"
-
-
-@dataclass(frozen=True)
-class Ratio:
-    name: str
-    published: float | None
-    measured: float | None
 
 
 def reference_dirs() -> list[Path]:
@@ -108,7 +103,100 @@ def ratios(table: dict[Cell, float]) -> dict[str, float]:
     return out
 
 
-def compare(published: dict[Cell, float], measured: dict[Cell, float]) -> list[Ratio]:
-    pub, mea = ratios(published), ratios(measured)
-    names = list(pub) + [n for n in mea if n not in pub]
-    return [Ratio(n, pub.get(n), mea.get(n)) for n in names]
+DECODE_LOADERS = ("device", "dali")  # loaders that decode on the device, set beside the CPU loader
+
+
+@dataclass(frozen=True, order=True)
+class Series:
+    """One column of an aligned table: a device measured (or published) under one precision and engine."""
+
+    device: str
+    precision: str
+    engine: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.device} {self.precision} {self.engine}"
+
+
+@dataclass(frozen=True, order=True)
+class RatioKind:
+    """What a ratio compares, whatever the device: ``loader`` at ``workers`` over ``base_loader`` at
+    ``base_workers`` (workers N vs 0 on one loader, or on-device decode vs the CPU loader at N workers)."""
+
+    loader: str
+    workers: int
+    base_loader: str
+    base_workers: int
+
+    @property
+    def label(self) -> str:
+        if self.loader == self.base_loader:
+            return f"loader {self.loader}: workers {self.workers} vs {self.base_workers}"
+        return f"workers {self.workers}: loader {self.loader} vs {self.base_loader}"
+
+    def cells(self, series: Series) -> tuple[Cell, Cell]:
+        return (Cell(series.device, self.loader, self.workers, series.precision, series.engine),
+                Cell(series.device, self.base_loader, self.base_workers, series.precision, series.engine))
+
+
+@dataclass(frozen=True)
+class AlignedRatio:
+    """One ratio kind, published per published series and measured per measured series, on one row; ``why``
+    says, per series without a figure, what it lacks."""
+
+    kind: RatioKind
+    published: dict[Series, float]
+    measured: dict[Series, float]
+    why: dict[Series, str]
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """Published and measured figures side by side: absolute samples/s per (loader, workers) and ratios per
+    :class:`RatioKind`, each with a column per series."""
+
+    published_series: list[Series]
+    measured_series: list[Series]
+    absolute: dict[tuple[str, int], dict[Series, float]]
+    ratios: list[AlignedRatio]
+
+
+def _series(table: dict[Cell, float]) -> list[Series]:
+    """The table's series in the order they first appear (the published file's order: gaudi2, h100, a100)."""
+    return list(dict.fromkeys(Series(c.device, c.precision, c.engine) for c in table))
+
+
+def _kinds(table: dict[Cell, float], series: Series) -> list[RatioKind]:
+    cells = [c for c in table if Series(c.device, c.precision, c.engine) == series]
+    kinds = [RatioKind(c.loader, c.workers, c.loader, 0) for c in cells if c.workers > 0]
+    kinds += [RatioKind(c.loader, c.workers, "cpu", c.workers) for c in cells if c.loader in DECODE_LOADERS]
+    return [k for k in kinds if k.cells(series)[1] in table]
+
+
+def align(published: dict[Cell, float], measured: dict[Cell, float]) -> Alignment:
+    """Line published and measured figures up by what they compare, not by device: every ratio kind either side
+    supports is one row, with a figure (or the reason there is none) for every series of both sides."""
+    pub_series, mea_series = _series(published), _series(measured)
+    absolute: dict[tuple[str, int], dict[Series, float]] = {}
+    for table in (published, measured):
+        for cell, value in table.items():
+            absolute.setdefault((cell.loader, cell.workers), {})[Series(cell.device, cell.precision,
+                                                                        cell.engine)] = value
+    kinds = sorted({k for s in pub_series for k in _kinds(published, s)}
+                   | {k for s in mea_series for k in _kinds(measured, s)},
+                   key=lambda k: (k.loader != k.base_loader, k.loader, k.workers))
+    rows = []
+    for kind in kinds:
+        values: dict[str, dict[Series, float]] = {"published": {}, "measured": {}}
+        why: dict[Series, str] = {}
+        for side, table, series_list in (("published", published, pub_series), ("measured", measured, mea_series)):
+            for series in series_list:
+                top, base = kind.cells(series)
+                if top in table and base in table:
+                    values[side][series] = table[top] / table[base]
+                    continue
+                why[series] = "no run of " + " nor of ".join(f"loader={c.loader} workers={c.workers}"
+                                                           for c in (top, base) if c not in table)
+        rows.append(AlignedRatio(kind, values["published"], values["measured"], why))
+    return Alignment(pub_series, mea_series, dict(sorted(absolute.items())), rows)

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suite.cli import options
-from suite.cli.display import PlainProgress, RichProgress, print_results_table, print_scores_table, stamp
+from suite.cli.display import (PlainProgress, RichProgress, print_results_table, print_scores_table, print_tune_table,
+                               stamp)
 from suite.config import FILE_RUN_OPTIONS, TOKENIZER_MODES, MatrixSpec, RunConfig, load_config_file, param_text
 from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_json_atomic
@@ -57,6 +58,19 @@ def add_parsers(sub: Any) -> None:
                           "one, fetched if needed (default: %(default)s)")
     options.add_output_option(run, "./suite-results/<time>; a new folder, never one holding results")
     options.add_recording_options(run)
+    run.add_argument("--shard", type=options.shard, default=None, metavar="I/N",
+                     help="run only shard I (from 0) of N of the expanded matrix: every N-th configuration in the "
+                          "order of their ids, so the shards of a Slurm array or Kubernetes indexed Job cover the "
+                          "matrix exactly once whatever order the options list; needs --matrix-id (or "
+                          "$SLURM_ARRAY_JOB_ID)")
+    run.add_argument("--matrix-id", default=None, metavar="ID",
+                     help="the id every shard of one matrix shares: MLflow tag suite.matrix_id, so `suite compare` "
+                          "and `suite report` of any shard's matrix run see the whole matrix (default with --shard: "
+                          "slurm-$SLURM_ARRAY_JOB_ID in a Slurm array job)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the expanded matrix (a line per configuration with its id), the output folder, the "
+                          "store and the estimated duration (from earlier runs of the same configurations in the "
+                          "store); create nothing")
     run.set_defaults(func=cmd_run)
 
     tune = sub.add_parser(
@@ -203,12 +217,14 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
                       repeats=getattr(args, "repeats", 1),
                       memory_limit_bytes=int(memory_limit * 2**30) if memory_limit else None,
                       experiment=args.experiment, tags=tags, params={k: param_text(v) for k, v in params.items()},
-                      tracking_uri=normalize_uri(tracking_uri))
+                      tracking_uri=normalize_uri(tracking_uri), matrix_id=getattr(args, "matrix_id", None),
+                      shard="{}/{}".format(*args.shard) if getattr(args, "shard", None) else None)
     store = ResultsStore.create(output, info)
     try:
         recorder = MlflowRecorder(MlflowGateway(tracking_uri), args.experiment,
                                   system_metrics_interval_s=args.system_metrics_interval or None)
-        display = PlainProgress() if args.no_progress else RichProgress(len(resolved) * info.repeats)
+        display = PlainProgress() if args.no_progress else RichProgress(len(resolved) * info.repeats,
+                                                                        _history(tracking_uri, resolved, info.repeats))
         print(f"suite: {len(resolved)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
         with display:
             outcome = run_matrix(resolved, store, [recorder], display)
@@ -219,6 +235,9 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
     if info.repeats > 1:
         print_scores_table(outcome.scores)
     where = {"results": str(store.root / "results.json"), **recorder.describe()}
+    report = _write_report(store.root, recorder, outcome)
+    if report is not None:
+        where["report"] = str(report)
     for error in outcome.recorder_errors:
         print(f"suite: error: {error}\nsuite: the results folder holds every run; record them into MLflow with: "
               f"suite upload {output} --tracking-uri {tracking_uri}", file=sys.stderr)
@@ -232,15 +251,118 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
     return MatrixRun(outcome, store, tracking_uri, recorder, where)
 
 
+def _write_report(folder: Path, recorder: Any, outcome: Any) -> Path | None:
+    """report.html and report.md into the results folder, attached to the MLflow matrix run; a report that cannot
+    be made is a warning (the runs are recorded either way)."""
+    from suite.report import DEFAULT_REFERENCE, write_report
+    from suite.report.content import from_folder
+
+    if not any(r.status == FINISHED for r in outcome.results) or outcome.recording_error is not None:
+        return None
+    try:
+        content = from_folder(folder, DEFAULT_REFERENCE)
+        files = write_report(content, folder)
+    except SuiteError as exc:
+        print(f"suite: warning: no report: {exc}", file=sys.stderr)
+        return None
+    if recorder.parent_run_id and not outcome.recorder_errors:
+        try:
+            recorder.attach_report(content, files)
+        except Exception as exc:  # noqa: BLE001 - MLflow is optional: the report is in the folder
+            print(f"suite: warning: the report is not attached to MLflow run {recorder.parent_run_id}: "
+                  f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
+    return files.html
+
+
 def _exit_status(run: MatrixRun) -> int:
     outcome = run.outcome
     return 0 if outcome.status == FINISHED and not outcome.recorder_errors and not outcome.recording_error else 1
 
 
 # --- commands --------------------------------------------------------------------------------------
+def _history(tracking_uri: str, configs: Sequence[RunConfig], repeats: int) -> Any:
+    """The store's durations of earlier runs of these configurations (see suite.run.estimate), or None."""
+    from suite.recorders import MlflowGateway
+    from suite.run.estimate import estimate
+
+    try:
+        return estimate(configs, MlflowGateway(tracking_uri).finished_durations([c.config_id for c in configs]),
+                        repeats)
+    except SuiteError:
+        return None
+
+
+def _shard(spec: MatrixSpec, args: argparse.Namespace) -> list[RunConfig] | None:
+    """This invocation's shard of the matrix (``--shard I/N``), with the matrix id the shards share; ``None``
+    without ``--shard``."""
+    from suite.run.matrix import resolve, shard_of
+
+    if args.shard is None:
+        return None
+    if not args.matrix_id:
+        job = os.environ.get("SLURM_ARRAY_JOB_ID")
+        if not job:
+            raise ConfigError("--shard needs --matrix-id ID, the same for every shard of the matrix (in a Slurm array "
+                              "job it defaults to slurm-$SLURM_ARRAY_JOB_ID)")
+        args.matrix_id = f"slurm-{job}"
+    return shard_of(resolve(spec)[1], *args.shard)
+
+
+def dry_run(spec: MatrixSpec, args: argparse.Namespace, configs: Sequence[RunConfig] | None = None) -> int:
+    """What ``suite run`` would do, created nothing: the configurations, the folder, the store, the duration."""
+    from suite.recorders import default_tracking_uri
+    from suite.recorders.mlflow_gateway import sqlite_path
+    from suite.run.estimate import estimate, format_duration
+    from suite.run.matrix import resolve
+
+    configs = list(configs) if configs is not None else resolve(spec)[1]
+    repeats = getattr(args, "repeats", 1)
+    tracking_uri = args.tracking_uri or default_tracking_uri()
+    output = args.output or Path("suite-results") / "<time of the run>"
+    try:
+        from suite.recorders import MlflowGateway
+
+        history = estimate(configs, MlflowGateway(tracking_uri).finished_durations([c.config_id for c in configs]),
+                           repeats)
+        store_note = ""
+    except SuiteError as exc:
+        history, store_note = estimate(configs, {}, repeats), f" ({exc})"
+    shard = f" (shard {args.shard[0]}/{args.shard[1]} of matrix {args.matrix_id})" if args.shard else ""
+    print(f"dry run of {len(configs)} configuration(s){shard} x {repeats} repeat(s) of {spec.workload}/{spec.preset}, "
+          f"batch {configs[0].batch_size}, {spec.steps} measured + {spec.warmup_steps} warm-up steps; nothing is "
+          "created")
+    for config in configs:
+        seconds, runs = history.per_config[config.config_id], history.history[config.config_id]
+        when = f"{format_duration(seconds)} (median of {runs} earlier run(s))" if seconds is not None else "unknown"
+        print(f"  {config.describe():<70} {config.config_id}  {when}")
+    database = sqlite_path(tracking_uri)
+    print(f"output: {output}" + (" (exists: suite run would refuse it)" if args.output and output.exists() else ""))
+    print(f"store: {tracking_uri}" + (" (not there yet: suite run creates it)" if database is not None
+                                      and not database.is_file() else "") + store_note)
+    print(f"estimated duration: {history.total_text()}")
+    return 0
+
+
+def _matrix_size(args: argparse.Namespace) -> int:
+    size = getattr(args, "repeats", 1)
+    for axis in ("devices", "workers", "loaders", "precisions", "engines"):
+        size *= len(getattr(args, axis, None) or (None,))
+    return size
+
+
 def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     args = merge_config_file(args, argv)
-    run = run_recorded(spec_from_args(args), None, args, argv)
+    if not args.dry_run and sys.stderr.isatty():  # said before the heavy imports (torch, transformers, MLflow)
+        print(f"suite: {_matrix_size(args)} run(s) of {args.workload}: preparing (model library, dataset, tokenizer, "
+              "MLflow store)...", file=sys.stderr, flush=True)
+    spec = spec_from_args(args)
+    configs = _shard(spec, args)
+    if configs == []:
+        print(f"suite: shard {args.shard[0]}/{args.shard[1]} holds no configuration of this matrix: nothing to run")
+        return 0
+    if args.dry_run:
+        return dry_run(spec, args, configs)
+    run = run_recorded(spec, configs, args, argv)
     run.store.release()
     print("\n".join(f"{k}: {v}" for k, v in run.where.items()))
     return _exit_status(run)
@@ -265,6 +387,7 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if run.recorder.parent_run_id and not run.outcome.recorder_errors:
         tune.log_to_mlflow(run.recorder.gateway, run.recorder.parent_run_id, outcome, [png, summary])
     best, pick = outcome.best, outcome.recommended
+    print_tune_table(outcome)
     print(f"best: {best.label} ({best.throughput_samples_per_s:.1f} samples/s, 95 % interval "
           f"[{best.ci_low:.1f}, {best.ci_high:.1f}])\n"
           f"recommended: {pick.label} ({pick.throughput_samples_per_s:.1f} samples/s, [{pick.ci_low:.1f}, "

@@ -72,6 +72,20 @@ positive_float = float_above(0)
 non_negative_float = float_above(0, inclusive=True)
 
 
+def shard(text: str) -> tuple[int, int]:
+    """``I/N``: shard I (0-based) of N."""
+    index, slash, count = text.partition("/")
+    try:
+        if not slash:
+            raise ValueError
+        parsed = int(index), int(count)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N (shard I of N, I counted from 0), got {text!r}") from None
+    if parsed[1] < 1 or not 0 <= parsed[0] < parsed[1]:
+        raise argparse.ArgumentTypeError(f"shard {text}: N must be >= 1 and I in 0..N-1")
+    return parsed
+
+
 def int_at_least(minimum: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:

@@ -60,6 +60,27 @@ def add_parsers(sub: Any) -> None:
     options.add_tracking_option(compare)
     compare.set_defaults(func=cmd_compare)
 
+    report = sub.add_parser(
+        "report", help="one shareable page (HTML + Markdown) of a matrix: the blog's table and chart for your hardware",
+        description="Write report.html (self-contained: charts embedded, nothing fetched) and report.md (with PNG "
+                    "charts beside it) for a results folder or an MLflow matrix run: throughput per device x "
+                    "dataloader_num_workers x loader with intervals and speed-ups, step-time percentiles, "
+                    "data-wait, host RAM and device memory, quality, busy-host flags, the published figures and "
+                    "ratios beside the measured ones, audit verdicts, and provenance with the command to "
+                    "reproduce.")
+    report.add_argument("target", help="results folder or MLflow matrix run id")
+    options.add_output_option(report, "the results folder itself; ./suite-results/report-<run id> for an MLflow run")
+    report.add_argument("--reference", default="bridgetower_hf_blog_2023",
+                        help="published results set beside the measured ones (name or path; 'none' to leave out; "
+                             "default: %(default)s)")
+    report.add_argument("--audit", type=Path, action="append", default=[], metavar="AUDIT",
+                        help="an audit folder (or its audit.json) whose verdicts the report shows; repeatable "
+                             "(audits recorded in MLflow against the matrix run are found by themselves)")
+    report.add_argument("--screenshot", type=Path, default=None, metavar="PNG",
+                        help="also render the page in headless Chromium to this PNG")
+    options.add_tracking_option(report)
+    report.set_defaults(func=cmd_report)
+
     upload = sub.add_parser(
         "upload", help="record a results folder into MLflow (its own store or another), without duplicates",
         description="Repair what a crash left in the results folder (as `suite recover`), then record its runs "
@@ -130,6 +151,31 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0 if report.passed else 1
 
 
+def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from suite.report import write_report
+    from suite.report.content import from_folder, from_mlflow
+
+    reference = None if args.reference.lower() == "none" else args.reference
+    target = Path(args.target)
+    if target.is_dir():
+        content = from_folder(target, reference, args.audit)
+        folder = args.output or target
+    elif "/" in args.target or target.suffix:
+        raise SuiteError(f"no such results folder: {args.target}")
+    else:
+        from suite.recorders import MlflowGateway
+
+        content = from_mlflow(MlflowGateway(args.tracking_uri), args.target, reference)
+        folder = args.output or Path("suite-results") / f"report-{args.target}"
+    files = write_report(content, folder)
+    print(f"report: {files.html}\nmarkdown: {files.markdown}")
+    if args.screenshot is not None:
+        from suite.report.browser import screenshot
+
+        print(f"screenshot: {screenshot(files.html, args.screenshot)}")
+    return 0
+
+
 def cmd_upload(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return _upload(args.directory, args.tracking_uri, None)
 
@@ -156,7 +202,7 @@ def _upload(directory: Path, tracking_uri: str | None, rescue: Path | None) -> i
 def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.analysis.compare import rows_from_mlflow, rows_from_results, speedups
     from suite.analysis.plots import plot
-    from suite.analysis.published import compare, load_reference, measured_table, reference_table
+    from suite.analysis.published import load_reference, measured_table, reference_table
     from suite.records.store import ResultsStore
     from suite.recorders import MlflowGateway
 
@@ -203,14 +249,19 @@ def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.reference and not args.json:
         from rich.table import Table
 
+        from suite.analysis.published import align
+        from suite.report.render import published_tables
+
         path, data = load_reference(args.reference)
-        table = Table(title=f"{data.get('title', path.stem)}: published vs measured ratios")
-        for column in ("ratio", "published", "measured", "measured / published"):
-            table.add_column(column, justify="left" if column == "ratio" else "right")
-        for ratio_row in compare(reference_table(data), measured_table(rows)):
-            both = ratio_row.published is not None and ratio_row.measured is not None
-            table.add_row(ratio_row.name, "-" if ratio_row.published is None else f"{ratio_row.published:.3f}",
-                          "-" if ratio_row.measured is None else f"{ratio_row.measured:.3f}",
-                          f"{ratio_row.measured / ratio_row.published:.3f}" if both else "-")
-        wide_console().print(table)
+        title = data.get("title", path.stem)
+        for table, what in zip(published_tables(align(reference_table(data), measured_table(rows))),
+                               ("published and measured samples/s", "ratios, published and measured on one row")):
+            shown = Table(title=f"{title}: {what}")
+            for index, header in enumerate(table.headers):
+                why = header.startswith("why")
+                shown.add_column(header, justify="left" if index == 0 or why else "right", no_wrap=index == 0,
+                                 overflow="fold" if why else "ellipsis")
+            for cells in table.rows:
+                shown.add_row(*cells)
+            wide_console().print(shown)
     return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from suite.analysis.scoring import ConfigScore
 from suite.config import RunConfig
@@ -21,6 +21,9 @@ class Recorder(ABC):
     @abstractmethod
     def open(self, info: MatrixInfo, results_root: Path) -> None:
         """Start recording a matrix whose results folder is ``results_root``."""
+
+    def plan(self, configs: Sequence[RunConfig]) -> None:
+        """The configurations this matrix will run, in order (before the first :meth:`begin`)."""
 
     def begin(self, config: RunConfig, repeat: int, run_uid: str) -> None:
         """Repeat ``repeat`` of a configuration is about to run; ``run_uid`` identifies that run."""

@@ -29,7 +29,9 @@ from suite.errors import SuiteError
 # --- the suite's own tag names ----------------------------------------------------------------------------
 ROLE = "suite.role"  # matrix, configuration, repeat, audit
 KIND = "suite.kind"  # matrix, tune, audit
-MATRIX_UID = "suite.matrix_uid"
+MATRIX_UID = "suite.matrix_uid"  # one invocation of suite run (one results folder)
+MATRIX_ID = "suite.matrix_id"  # the matrix its shards share (suite run --shard I/N --matrix-id ID)
+SHARD = "suite.shard"
 RUN_UID = "suite.run_uid"
 CONFIG_ID = "suite.config_id"
 STATUS = "suite.status"  # set once a configuration run is recorded completely
@@ -207,6 +209,29 @@ class MlflowGateway:
                     return runs
         except Exception as exc:  # noqa: BLE001
             raise SuiteError(f"MLflow query failed at {self.tracking_uri}: {_first_line(exc)}") from exc
+
+    def finished_durations(self, config_ids: Sequence[str]) -> dict[str, list[float]]:
+        """Wall seconds (start to end, set-up included) of every FINISHED configuration run of each id, from every
+        experiment, without creating or migrating anything: a sqlite store that does not exist yet has no
+        history (for ``suite run --dry-run``)."""
+        from mlflow.tracking import MlflowClient
+
+        database = sqlite_path(self.tracking_uri)
+        if database is not None and not database.is_file():
+            return {}
+        client = self._client or MlflowClient(tracking_uri=self.tracking_uri)  # no table set-up, no lock file
+        durations: dict[str, list[float]] = {}
+        try:
+            experiments = [e.experiment_id for e in client.search_experiments()]
+            for config_id in config_ids:
+                runs = client.search_runs(experiments, f"tags.`{CONFIG_ID}` = '{config_id}' and "
+                                                       "attributes.status = 'FINISHED'", max_results=_PAGE)
+                durations[config_id] = [(r.info.end_time - r.info.start_time) / 1000 for r in runs
+                                        if r.info.end_time and r.info.start_time
+                                        and RUN_UID in r.data.tags]  # measured runs, not a score of repeats
+        except Exception as exc:  # noqa: BLE001
+            raise SuiteError(f"MLflow query failed at {self.tracking_uri}: {_first_line(exc)}") from exc
+        return durations
 
     def find_run(self, experiment_id: str, **tags: str) -> Any | None:
         """The run of this experiment carrying every one of these tags (the newest if several)."""

@@ -12,16 +12,27 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from suite.analysis.scoring import ConfigScore
-from suite.config import RunConfig
+from suite.config import RunConfig, short_labels
 from suite.records.results import RUNNING, RunResult
 from suite.records.store import MatrixInfo, RunFiles
 from suite.recorders import mlflow_gateway as tags_
 from suite.recorders.base import Recorder
 from suite.recorders.mlflow_gateway import MlflowGateway
+from suite.recorders.metric_names import mlflow_metrics
 
+
+#: The experiment's description (MLflow shows it above the runs table).
+EXPERIMENT_NOTE = (
+    "{workload} benchmark matrices recorded by `suite`. Each `suite run` is a parent run (its description holds the "
+    "results table; summary metrics: summary/best_throughput_samples_per_s, summary/speedup_best_over_baseline; the full report is "
+    "its artifact report/report.html). Expand it for one child run per configuration, named by the axes that vary "
+    "in that matrix (the full configuration id is the tag suite.config_id). Per configuration: "
+    "throughput/throughput_samples_per_s, step_time/step_time_p50_s / p99, input/data_wait_fraction, "
+    "memory/host_ram_peak_pss_mib / rss (also in bytes), memory/device_peak_memory_mib (on a CPU: the training "
+    "process's RSS high-water mark), quality/eval_accuracy.")
 
 #: Facts logged as metric histories (per step), not as tags.
 HISTORIES = ("step_times_s", "evaluations")
@@ -36,6 +47,13 @@ def _flatten(prefix: str, data: dict[str, Any]) -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+
+
+def _run_note(config: RunConfig, result: RunResult) -> str:
+    """A configuration run's description: its axes, its headline figures or why it did not finish, its id."""
+    from suite.cli.display import summary_line
+
+    return f"{summary_line(result).strip()}\n\nconfiguration id: `{config.config_id}`"
 
 
 class MlflowRecorder(Recorder):
@@ -62,18 +80,24 @@ class MlflowRecorder(Recorder):
         self.skipped: list[str] = []  # run uids already complete (resume mode)
         self._system_metrics_interval_s = system_metrics_interval_s
         self._monitors: dict[tuple[str, int], Any] = {}  # system metrics of the running configuration
+        self._labels: dict[str, str] = {}  # config_id -> run name: the axes that vary in this matrix
 
     @property
     def tracking_uri(self) -> str:
         return self.gateway.tracking_uri
 
     def open(self, info: MatrixInfo, results_root: Path) -> None:
-        self.experiment_id = self.gateway.experiment_id(self._experiment_name or info.experiment or info.workload)
+        self.experiment_id = self.gateway.experiment_id(self._experiment_name or info.experiment or info.workload,
+                                                        description=EXPERIMENT_NOTE.format(workload=info.workload))
         self._results_root = results_root
         self._repeats = info.repeats
         self._matrix_uid = info.uid
         self._matrix_ended_at = info.ended_at
         self._common_tags = {**info.tags, tags_.MATRIX_UID: info.uid, tags_.KIND: info.kind}
+        if info.matrix_id:
+            self._common_tags[tags_.MATRIX_ID] = info.matrix_id
+        if info.shard:
+            self._common_tags[tags_.SHARD] = info.shard
         if self._resume:
             existing = self.gateway.find_run(self.experiment_id, **{tags_.MATRIX_UID: info.uid,
                                                                     tags_.ROLE: "matrix"})
@@ -81,7 +105,7 @@ class MlflowRecorder(Recorder):
                 self.parent_run_id = existing.info.run_id
                 return
         self.parent_run_id = self.gateway.create_run(
-            self.experiment_id, info.name,
+            self.experiment_id, info.name + (f" shard {info.shard}" if info.shard else ""),
             {**self._common_tags, tags_.ROLE: "matrix", tags_.COMMAND: " ".join(info.command)[:5000]},
             {**info.params, "repeats": info.repeats})
 
@@ -90,19 +114,24 @@ class MlflowRecorder(Recorder):
         return self.gateway.create_run(self.experiment_id, name, {**self._common_tags, **tags}, config.as_params(),
                                        parent_run_id=parent)
 
+    def plan(self, configs: Sequence[RunConfig]) -> None:
+        self._labels = short_labels(configs)
+
     def begin(self, config: RunConfig, repeat: int, run_uid: str) -> None:
         config_id = config.config_id
-        tags = {tags_.CONFIG_ID: config_id, "suite.device": config.device, tags_.REPEAT: str(repeat)}
+        label = self._labels.get(config_id) or config.describe()
+        tags = {tags_.CONFIG_ID: config_id, "suite.device": config.device, tags_.REPEAT: str(repeat),
+                tags_.RUN_NOTE: f"{config.describe()} (running)\n\nconfiguration id: `{config_id}`"}
         if self._repeats == 1:
-            parent, name, role = self.parent_run_id, config_id, "configuration"
+            parent, name, role = self.parent_run_id, label, "configuration"
         else:
             if config_id not in self._score_runs:
                 existing = self.gateway.find_run(self.experiment_id or "", **{
                     tags_.MATRIX_UID: self._matrix_uid, tags_.CONFIG_ID: config_id,
                     tags_.ROLE: "configuration"}) if self._resume else None
                 self._score_runs[config_id] = existing.info.run_id if existing else self._child(
-                    config_id, self.parent_run_id, {**tags, tags_.ROLE: "configuration"}, config)
-            parent, name, role = self._score_runs[config_id], f"{config_id}-r{repeat}", "repeat"
+                    label, self.parent_run_id, {**tags, tags_.ROLE: "configuration"}, config)
+            parent, name, role = self._score_runs[config_id], f"{label} repeat={repeat}", "repeat"
         run_id = self._child(name, parent, {**tags, tags_.ROLE: role, tags_.RUN_UID: run_uid}, config)
         self._open_runs[(config_id, repeat)] = run_id
         if self._system_metrics_interval_s:
@@ -146,7 +175,8 @@ class MlflowRecorder(Recorder):
         if result.reason:
             tags["failure_reason"] = result.reason[:5000]
         run_params = {f"run.{k}": v for k, v in (result.facts.get("run_params") or {}).items()}
-        self.gateway.log(run_id, metrics=metrics, params=run_params, tags=tags)
+        tags[tags_.RUN_NOTE] = _run_note(config, result)
+        self.gateway.log(run_id, metrics=mlflow_metrics(metrics), params=run_params, tags=tags)
         folder = self._run_folder(result)
         if folder is not None and folder.is_dir():  # config, result, manifest, logs of this run
             self.gateway.log_artifacts(run_id, folder)
@@ -176,7 +206,7 @@ class MlflowRecorder(Recorder):
                 "loss_digests_identical": score.loss_digests_identical, tags_.STATUS: score.status}
         if score.reason:
             tags["failure_reason"] = score.reason[:5000]
-        self.gateway.log(run_id, metrics=metrics, tags=tags)
+        self.gateway.log(run_id, metrics=mlflow_metrics(metrics), tags=tags)
         self.gateway.terminate(run_id, score.status)
 
     def kill_leftovers(self) -> int:
@@ -232,6 +262,33 @@ class MlflowRecorder(Recorder):
             if run.info.status == status and run.info.end_time:
                 return  # already closed as it ended: nothing to change
         self.gateway.terminate(self.parent_run_id, status, self._matrix_ended_at if self._resume else None)
+
+    def attach_report(self, content: Any, files: Any) -> None:
+        """Give the matrix run what a reader scans for: summary metrics (best throughput, speed-up of the best over
+        its workers=0 CPU-loader baseline), a description with the results table (Markdown), and the report
+        (``report/report.html``, its Markdown twin and charts) as artifacts."""
+        from suite.analysis.compare import THROUGHPUT
+        from suite.report.render import results_table, markdown_table
+
+        if not self.parent_run_id:
+            return
+        best = content.best
+        now_ms = int(time.time() * 1000)
+        metrics = [("summary/best_throughput_samples_per_s", best.metrics[THROUGHPUT], now_ms, 0),
+                   ("summary/configurations_measured", float(len(content.rows)), now_ms, 0)]
+        speedup = content.speedups.get(best.config_id)
+        if speedup is not None:
+            metrics.append(("summary/speedup_best_over_baseline", speedup, now_ms, 0))
+        lines = [content.headline(), ""]
+        if content.contended:
+            lines += ["**Busy host** while measuring: " + ", ".join(r.label for r in content.contended), ""]
+        lines += [markdown_table(results_table(content)), "",
+                  "Full report (charts, published figures, provenance): artifact `report/report.html`."]
+        self.gateway.log(self.parent_run_id, metrics=metrics, tags={
+            tags_.RUN_NOTE: "\n".join(lines), "suite.best_config_id": best.config_id,
+            "suite.best_configuration": best.label})
+        for path in (files.html, files.markdown, *files.images):
+            self.gateway.log_artifact(self.parent_run_id, path, artifact_path="report")
 
     def describe(self) -> dict[str, Any]:
         return {"tracking_uri": self.tracking_uri, "experiment_id": self.experiment_id,

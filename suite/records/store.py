@@ -59,6 +59,8 @@ class MatrixInfo:
     experiment: str | None = None  # MLflow experiment; None: the workload's name
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)  # finds this matrix again (recover, upload)
     kind: str = "matrix"  # matrix, tune, audit
+    matrix_id: str | None = None  # shared by the shards of one matrix run on several hosts (suite run --shard)
+    shard: str | None = None  # "I/N": the slice of the matrix this invocation ran
     tags: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
     tracking_uri: str | None = None  # the matrix's own MLflow store

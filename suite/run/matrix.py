@@ -53,6 +53,17 @@ def resolve(spec: MatrixSpec) -> tuple[type, list[RunConfig]]:
     return workload_cls, configs
 
 
+def shard_of(configs: Sequence[RunConfig], index: int, count: int) -> list[RunConfig]:
+    """Shard ``index`` of ``count`` (0-based): every ``count``-th configuration in the order of their ids, so each
+    configuration falls in exactly one shard whatever order the options listed the axes in, and the shards differ
+    in size by one at most. The shard keeps the matrix's own order."""
+    if not 0 <= index < count:
+        raise ConfigError(f"shard {index}/{count}: the index must be in 0..{count - 1}")
+    ids = sorted({c.config_id for c in configs})
+    mine = {config_id for position, config_id in enumerate(ids) if position % count == index}
+    return [c for c in configs if c.config_id in mine]
+
+
 class RecorderSet:
     """Calls every recorder in order; one that fails is switched off for the rest of the matrix, with the
     failure kept in :attr:`errors` and noted in the run's facts (the results folder holds every run)."""
@@ -76,6 +87,9 @@ class RecorderSet:
 
     def open(self, store: ResultsStore) -> None:
         self._call("open", lambda r: r.open(store.matrix_info, store.root))
+
+    def plan(self, configs: Sequence[RunConfig]) -> None:
+        self._call("plan", lambda r: r.plan(configs))
 
     def begin(self, config: RunConfig, repeat: int, run_uid: str) -> None:
         self._call(f"the start of {config.config_id}", lambda r: r.begin(config, repeat, run_uid))
@@ -123,6 +137,7 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
     progress = progress or NoProgress()
     recorder_set = RecorderSet(recorders)
     recorder_set.open(store)
+    recorder_set.plan(configs)
     outcome = MatrixOutcome([], [], FINISHED, recorder_errors=recorder_set.errors)
 
     def record(result: RunResult) -> None:

@@ -1,0 +1,47 @@
+"""``suite report``: a matrix as the blog showed its own, for the user's hardware, in one shareable page.
+
+:mod:`.content` gathers what is said (from a results folder or an MLflow matrix run), :mod:`.charts` draws it,
+:mod:`.render` formats it as a self-contained HTML file and a Markdown twin, :mod:`.browser` renders the page in
+headless Chromium (screenshots, tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from suite.errors import SuiteError
+from suite.report.content import ReportContent
+
+DEFAULT_REFERENCE = "bridgetower_hf_blog_2023"
+HTML_NAME = "report.html"
+MARKDOWN_NAME = "report.md"
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    html: Path
+    markdown: Path
+    images: list[Path]
+
+
+def write_report(content: ReportContent, folder: Path) -> ReportFiles:
+    """Write report.html, report.md and the Markdown's PNG charts (``report-<chart>.png``) into ``folder``."""
+    from suite.report.render import sections, to_html, to_markdown
+
+    if folder.exists() and not folder.is_dir():
+        raise SuiteError(f"--output {folder} is a file, not a folder")
+    parts = sections(content)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        images = []
+        for chart in (c for s in parts for c in s.charts):
+            image = folder / f"report-{chart.name}.png"
+            image.write_bytes(chart.png)
+            images.append(image)
+        html_file, markdown_file = folder / HTML_NAME, folder / MARKDOWN_NAME
+        html_file.write_text(to_html(content, parts), encoding="utf-8")
+        markdown_file.write_text(to_markdown(content, parts, image_prefix="report-"), encoding="utf-8")
+    except OSError as exc:
+        raise SuiteError(f"cannot write the report into {folder}: {exc.strerror or exc}") from None
+    return ReportFiles(html_file, markdown_file, images)

@@ -1,0 +1,124 @@
+"""The report's charts (matplotlib, Agg), drawn like the blog's: grouped bars per device, one bar per
+``dataloader_num_workers`` value, the on-device-decode bars beside; plus host RAM and device memory.
+
+Each chart is returned as a :class:`Chart` holding the figure as SVG (embedded in the HTML as a data URI) and PNG
+(written beside the Markdown twin).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+MiB = 2**20
+
+#: Bar colour per loader: the CPU loader as the blog's plain bars, on-device decode in a contrasting colour.
+LOADER_COLOURS = {"cpu": "#4c72b0", "cpu-fast": "#55a868", "device": "#dd8452", "dali": "#c44e52"}
+
+
+@dataclass(frozen=True)
+class Bar:
+    group: str  # the device (and whatever else sets this bar's group apart)
+    loader: str
+    workers: int
+    value: float
+    low: float | None = None  # 95 % interval, when known
+    high: float | None = None
+    flagged: bool = False  # measured on a busy host
+
+
+@dataclass(frozen=True)
+class Chart:
+    name: str
+    title: str
+    svg: str
+    png: bytes
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _finish(plt: Any, fig: Any, name: str, title: str) -> Chart:
+    fig.tight_layout()
+    svg, png = io.StringIO(), io.BytesIO()
+    fig.savefig(svg, format="svg")
+    fig.savefig(png, format="png", dpi=110)
+    plt.close(fig)
+    return Chart(name, title, svg.getvalue(), png.getvalue())
+
+
+def grouped_bars(name: str, title: str, bars: Sequence[Bar], ylabel: str,
+                 value_text: Callable[[float], str] = lambda v: f"{v:.1f}") -> Chart:
+    """Bars grouped by :attr:`Bar.group`; inside a group the CPU loader's bars by worker count first, then the
+    other loaders'; each bar labelled with its value, an interval drawn where known, busy-host bars hatched."""
+    plt = _pyplot()
+    groups = list(dict.fromkeys(b.group for b in bars))
+    loaders = list(dict.fromkeys(sorted((b.loader for b in bars), key=lambda l: (l != "cpu", l))))
+    width = max(6.0, 1.0 + 0.55 * len(bars) + 0.6 * len(groups))
+    fig, ax = plt.subplots(figsize=(min(width, 16.0), 4.6))
+    x, ticks, labels, centres = 0.0, [], [], []
+    for group in groups:
+        members = sorted((b for b in bars if b.group == group), key=lambda b: (loaders.index(b.loader), b.workers))
+        start = x
+        for bar in members:
+            colour = LOADER_COLOURS.get(bar.loader, "#8172b3")
+            ax.bar(x, bar.value, width=0.8, color=colour, hatch="//" if bar.flagged else None,
+                   edgecolor="black" if bar.flagged else colour)
+            if bar.low is not None and bar.high is not None:
+                ax.errorbar(x, bar.value, yerr=[[bar.value - bar.low], [bar.high - bar.value]], color="black",
+                            capsize=3, linewidth=1)
+            ax.text(x, bar.value, value_text(bar.value), ha="center", va="bottom", fontsize=8)
+            ticks.append(x)
+            labels.append(f"{bar.workers}")
+            x += 1.0
+        centres.append(((start + x - 1.0) / 2, group))
+        x += 0.8
+    ax.set_xticks(ticks, labels=labels, fontsize=8)
+    for centre, group in centres:
+        ax.annotate(group, (centre, 0), xycoords=("data", "axes fraction"), xytext=(0, -28),
+                    textcoords="offset points", ha="center", va="top", fontsize=9, fontweight="bold")
+    ax.set_xlabel("dataloader_num_workers, grouped by device", labelpad=30)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.set_ylim(bottom=0, top=max(b.high or b.value for b in bars) * 1.15 if bars else 1)
+    ax.grid(axis="y", alpha=0.3)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=LOADER_COLOURS.get(l, "#8172b3")) for l in loaders]
+    names = [f"loader {l}" for l in loaders]
+    if any(b.flagged for b in bars):
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="black", hatch="//"))
+        names.append("busy host while measured")
+    ax.legend(handles, names, fontsize=8, loc="upper left")
+    return _finish(plt, fig, name, title)
+
+
+def memory_bars(rows: Sequence[Any], group_of: Callable[[Any], str]) -> Chart:
+    """Host RAM peaks (PSS, RSS) and the device peak per configuration; on a CPU the device figure is the
+    training process's RSS high-water mark (VmHWM), labelled so."""
+    plt = _pyplot()
+    labels = [f"{group_of(r)}\n{r.config.loader} nw{r.config.num_workers}" for r in rows]
+    fig, (host, device) = plt.subplots(1, 2, figsize=(min(16.0, 4.0 + 1.1 * len(rows)), 4.6))
+    xs = list(range(len(rows)))
+    for offset, key, what in ((-0.2, "host_ram_peak_pss_bytes", "PSS (shared pages split)"),
+                              (0.2, "host_ram_peak_rss_bytes", "RSS (shared pages counted per process)")):
+        host.bar([x + offset for x in xs], [r.metrics.get(key, 0.0) / MiB for r in rows], width=0.4, label=what)
+    host.set_title("Host RAM peak: training process + loader workers")
+    host.set_ylabel("MiB")
+    host.legend(fontsize=8)
+    on_cpu = [r.config.device == "cpu" for r in rows]
+    device.bar(xs, [r.metrics.get("device_peak_memory_bytes", 0.0) / MiB for r in rows],
+               color=["#bbbbbb" if cpu else "#dd8452" for cpu in on_cpu])
+    device.set_title("Device peak memory" + (" (cpu: host RSS high-water mark, VmHWM, of the training process; "
+                                             "no separate device memory)" if any(on_cpu) else ""),
+                     fontsize=9 if any(on_cpu) else 11, wrap=True)
+    device.set_ylabel("MiB")
+    for axis in (host, device):
+        axis.set_xticks(xs, labels=labels, fontsize=7)
+        axis.grid(axis="y", alpha=0.3)
+    return _finish(plt, fig, "memory", "Host RAM and device memory")

@@ -1,0 +1,191 @@
+"""What a report says, gathered once from a results folder or an MLflow matrix run.
+
+:class:`ReportContent` holds the rows (one per configuration id, as ``suite compare``), the blog-style speed-ups
+(each row over workers 0 with the CPU loader of its own device, precision and engine), the published figures
+lined up with the measured ones (:func:`suite.analysis.published.align`), audit verdicts when there are any,
+and provenance (commit, versions, fingerprints, the command to reproduce). The renderers
+(:mod:`suite.report.render`) only format it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from suite.analysis.compare import THROUGHPUT, Row, rows_from_mlflow, rows_from_results
+from suite.analysis.published import Alignment, align, load_reference, measured_table, reference_table
+from suite.config import RunConfig
+from suite.errors import SuiteError
+
+#: Manifest fields shown as provenance, in this order.
+FINGERPRINTS = ("dataset_fingerprint", "tokenizer_sha256", "initial_weights_sha256")
+
+
+@dataclass(frozen=True)
+class AuditCheck:
+    subject: str
+    name: str
+    verdict: str
+    detail: str
+
+
+@dataclass
+class ReportContent:
+    """Everything a report shows; see the module docstring."""
+
+    title: str
+    source: str  # the results folder or "MLflow run <id> at <uri>"
+    rows: list[Row]
+    speedups: dict[str, float | None]  # config_id -> over workers 0, CPU loader, same device/precision/engine
+    status: str
+    reason: str | None
+    command: str
+    provenance: dict[str, str]
+    versions: dict[str, str]
+    reference_title: str | None = None
+    reference_url: str | None = None
+    reference_shape: str | None = None
+    alignment: Alignment | None = None
+    alignment_error: str | None = None
+    audit: list[AuditCheck] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)  # "label: STATUS: reason"
+    generated_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+
+    @property
+    def best(self) -> Row:
+        return max(self.rows, key=lambda r: r.metrics[THROUGHPUT])
+
+    @property
+    def contended(self) -> list[Row]:
+        return [r for r in self.rows if r.contended]
+
+    def headline(self) -> str:
+        """One sentence: the best configuration, and its speed-up over its own baseline."""
+        best = self.best
+        text = f"Best: {best.label} at {best.metrics[THROUGHPUT]:.1f} samples/s"
+        speedup = self.speedups.get(best.config_id)
+        if speedup is not None and best.config.num_workers + (best.config.loader != "cpu") > 0:
+            text += f", {speedup:.2f}x over workers=0 loader=cpu on the same device"
+        return text + "."
+
+
+def baseline_speedups(rows: Sequence[Row]) -> dict[str, float | None]:
+    """Each row's throughput over the row of workers 0 with the CPU loader and otherwise the same axes (device,
+    precision, engine, prefetch, processes, batch...), as the blog's table; ``None`` where that row was not run."""
+    import dataclasses
+
+    by_id = {r.config_id: r for r in rows}
+    out: dict[str, float | None] = {}
+    for row in rows:
+        base_config = dataclasses.replace(row.config, num_workers=0, loader="cpu",
+                                          prefetch_factor=None)  # torch refuses a prefetch factor at 0 workers
+        base = by_id.get(base_config.config_id)
+        out[row.config_id] = row.metrics[THROUGHPUT] / base.metrics[THROUGHPUT] if base else None
+    return out
+
+
+def _alignment(rows: Sequence[Row], reference: str | None, content: ReportContent) -> None:
+    if not reference:
+        return
+    path, data = load_reference(reference)
+    content.reference_title = data.get("title", path.stem)
+    content.reference_url = (data.get("source") or {}).get("url")
+    workload = data.get("workload") or {}
+    content.reference_shape = (f"{workload.get('model', '?')}, {workload.get('devices', '?')} devices, batch "
+                               f"{workload.get('per_device_batch_size', '?')} per device, "
+                               f"{data['suite_config'].get('precision')} {data['suite_config'].get('engine')}")
+    try:
+        content.alignment = align(reference_table(data), measured_table(rows))
+    except SuiteError as exc:  # two measured rows on one cell: say so instead of picking one
+        content.alignment_error = str(exc)
+
+
+def from_folder(folder: Path, reference: str | None, audits: Sequence[Path] = ()) -> ReportContent:
+    """The report of a results folder (``suite run``, ``suite tune`` or ``suite audit`` output)."""
+    from suite.records.results import FINISHED
+    from suite.records.store import ResultsStore
+
+    store = ResultsStore(folder)
+    matrix = store.matrix()
+    results = store.results()
+    rows = rows_from_results(results)
+    if not rows:
+        raise SuiteError(f"no configuration of {folder} finished: nothing to report")
+    fingerprints: dict[str, str] = {}
+    for result in results:
+        manifest = store.manifest_of(result) or {}
+        for key in FINGERPRINTS:
+            if manifest.get(key) and key not in fingerprints:
+                fingerprints[key] = str(manifest[key])
+    content = _content(rows, str(folder), matrix.status, matrix.reason, matrix.command, matrix.tags, fingerprints,
+                       reference)
+    content.unfinished = [f"{RunConfig.from_dict(r.config).describe()}: {r.status}: {r.reason}" for r in results
+                          if r.status != FINISHED]
+    for audit in [*audits, *([folder / "audit.json"] if (folder / "audit.json").is_file() else [])]:
+        content.audit += read_audit(audit)
+    return content
+
+
+def read_audit(path: Path) -> list[AuditCheck]:
+    """The checks of ``suite audit``'s audit.json (or of the folder holding it)."""
+    path = path / "audit.json" if path.is_dir() else path
+    try:
+        data = json.loads(path.read_text())
+        return [AuditCheck(str(c["subject"]), str(c["name"]), str(c["verdict"]), str(c["detail"]))
+                for c in data["checks"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SuiteError(f"{path} is not an audit.json of suite audit: {exc}") from None
+
+
+def from_mlflow(gateway: Any, run_id: str, reference: str | None) -> ReportContent:
+    """The report of an MLflow matrix run (its configuration runs, its tags, the audits linked to it)."""
+    from suite.recorders import mlflow_gateway as tags
+
+    matrix = gateway.get_run(run_id)
+    rows = rows_from_mlflow(gateway, run_id=run_id)
+    if not rows:
+        raise SuiteError(f"no configuration of MLflow run {run_id} finished: nothing to report")
+    fingerprints: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for row in rows:
+            manifest = gateway.download_artifact(row.mlflow_run_ids[0], "manifest.json", Path(scratch))
+            if manifest is not None:
+                data = json.loads(Path(manifest).read_text())
+                fingerprints = {k: str(data[k]) for k in FINGERPRINTS if data.get(k)}
+                break
+    command = shlex.split(matrix.data.tags.get(tags.COMMAND, "")) or ["suite", "run"]
+    content = _content(rows, f"MLflow run {run_id} at {gateway.tracking_uri}", matrix.info.status,
+                       matrix.data.tags.get("failure_reason"), command, matrix.data.tags, fingerprints, reference)
+    experiment_ids = [matrix.info.experiment_id]
+    for audit in gateway.search_runs(experiment_ids, f"tags.`{tags.ROLE}` = 'audit' and "
+                                                     f"tags.`suite.audited_run_id` = '{run_id}'"):
+        for key, value in sorted(audit.data.tags.items()):
+            if key.startswith("check.") and ": " in value:
+                subject, _, name = key.split(".", 2)[-1].rpartition(".")  # check.NNN.<subject>.<name>
+                verdict, detail = value.split(": ", 1)
+                content.audit.append(AuditCheck(subject, name, verdict, detail))
+    return content
+
+
+def _content(rows: list[Row], source: str, status: str, reason: str | None, command: Sequence[str],
+             tags: dict[str, str], fingerprints: dict[str, str], reference: str | None) -> ReportContent:
+    first = rows[0].config
+    devices = ", ".join(dict.fromkeys(r.config.device for r in rows))
+    provenance = {"commit": tags.get("git_commit", "unknown") + (" (uncommitted changes)"
+                                                                if tags.get("git_dirty") == "true" else ""),
+                  "host": f"{tags.get('host.hostname', '?')}: {tags.get('host.cpu_model', '?')}, "
+                          f"{tags.get('host.logical_cores', '?')} logical cores, {tags.get('host.platform', '?')}",
+                  "dataset": first.dataset, "weights": first.weights or "random init",
+                  **fingerprints}
+    versions = {k.removeprefix("version."): v for k, v in sorted(tags.items()) if k.startswith("version.")
+                and v != "absent"}
+    content = ReportContent(title=f"{first.workload}/{first.preset} on {devices}", source=source, rows=rows,
+                            speedups=baseline_speedups(rows), status=status, reason=reason,
+                            command=shlex.join(list(command)), provenance=provenance, versions=versions)
+    _alignment(rows, reference, content)
+    return content

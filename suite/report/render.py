@@ -1,0 +1,238 @@
+"""The report as sections (text, tables, charts), rendered to one self-contained HTML file and a Markdown twin.
+
+:func:`sections` decides what is said; :func:`to_html` and :func:`to_markdown` only format it, so both files say
+the same. The HTML embeds its charts as SVG data URIs and fetches nothing; the Markdown points to PNG files
+written beside it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from suite.analysis.compare import THROUGHPUT, Row
+from suite.analysis.published import Alignment
+from suite.report.charts import Bar, Chart, grouped_bars, memory_bars
+from suite.report.content import ReportContent
+
+MiB = 2**20
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+    row_ids: list[str] = field(default_factory=list)  # a data attribute per HTML row (the configuration id)
+
+
+@dataclass
+class Section:
+    heading: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    charts: list[Chart] = field(default_factory=list)
+    code: str | None = None
+
+
+def _group(row: Row, rows: Sequence[Row]) -> str:
+    """A row's bar group: its device, plus any other axis (but workers and loader) that varies in the report."""
+    parts = [row.config.device]
+    for label, attribute in (("precision", "precision"), ("engine", "engine"), ("prefetch", "prefetch_factor"),
+                             ("nproc", "nproc_per_node"), ("batch", "batch_size")):
+        if len({getattr(r.config, attribute) for r in rows}) > 1:
+            parts.append(f"{label}={getattr(row.config, attribute)}")
+    return " ".join(parts)
+
+
+def _mib(metrics: dict[str, float], key: str) -> str:
+    return f"{metrics[key] / MiB:.0f}" if key in metrics else "-"
+
+
+def results_table(content: ReportContent) -> Table:
+    table = Table(["device", "loader", "workers", "precision", "engine", "samples/s", "95% interval",
+                   "speed-up vs workers=0 loader=cpu", "step p50 ms", "step p99 ms", "data-wait", "host PSS MiB",
+                   "host RSS MiB", "device peak MiB", "eval_accuracy", "runs", "host"], [])
+    for row in content.rows:
+        m, c = row.metrics, row.config
+        speedup = content.speedups.get(row.config_id)
+        interval = (f"{m['throughput_ci95_low']:.1f} - {m['throughput_ci95_high']:.1f}"
+                    if "throughput_ci95_low" in m and "throughput_ci95_high" in m else "-")
+        device_memory = _mib(m, "device_peak_memory_bytes")
+        if c.device == "cpu" and device_memory != "-":
+            device_memory += " (host VmHWM)"
+        extra = [f"prefetch={c.prefetch_factor}"] if c.prefetch_factor is not None else []
+        extra += [f"nproc={c.nproc_per_node}"] if c.nproc_per_node > 1 else []
+        table.rows.append([
+            c.device, c.loader, str(c.num_workers), c.precision, " ".join([c.engine, *extra]),
+            f"{m[THROUGHPUT]:.1f}", interval, "-" if speedup is None else f"{speedup:.2f}x",
+            f"{m['step_time_p50_s'] * 1000:.0f}" if "step_time_p50_s" in m else "-",
+            f"{m['step_time_p99_s'] * 1000:.0f}" if "step_time_p99_s" in m else "-",
+            f"{m['data_wait_fraction']:.0%}" if "data_wait_fraction" in m else "-",
+            _mib(m, "host_ram_peak_pss_bytes"), _mib(m, "host_ram_peak_rss_bytes"), device_memory,
+            f"{m['eval_accuracy']:.3f}" if "eval_accuracy" in m else "-",
+            str(row.runs) + (f" (+{row.unfinished_runs} unfinished)" if row.unfinished_runs else ""),
+            "BUSY" if row.contended else "quiet"])
+        table.row_ids.append(row.config_id)
+    return table
+
+
+def published_tables(alignment: Alignment) -> tuple[Table, Table]:
+    """Absolute samples/s per (loader, workers) and the ratios per kind, a column per published and measured
+    series, the reason beside each missing ratio (also what ``suite compare --reference`` prints)."""
+    pub, mea = alignment.published_series, alignment.measured_series
+    absolute = Table(["loader", "workers", *[f"{s.label} (published)" for s in pub],
+                      *[f"{s.label} (measured)" for s in mea]], [])
+    for (loader, workers), values in alignment.absolute.items():
+        absolute.rows.append([loader, str(workers), *[f"{values[s]:.1f}" if s in values else "-" for s in pub],
+                              *[f"{values[s]:.1f}" if s in values else "-" for s in mea]])
+    ratios = Table(["ratio", *[f"{s.label} (published)" for s in pub], *[f"{s.label} (measured)" for s in mea],
+                    "why a figure is missing"], [])
+    for ratio in alignment.ratios:
+        cells = [f"{ratio.published[s]:.2f}x" if s in ratio.published else "-" for s in pub]
+        cells += [f"{ratio.measured[s]:.2f}x" if s in ratio.measured else "-" for s in mea]
+        why = []
+        for side, series_list in (("published", pub), ("measured", mea)):
+            by_reason: dict[str, list[str]] = {}
+            for series in series_list:
+                if series in ratio.why:
+                    by_reason.setdefault(ratio.why[series], []).append(series.label)
+            for reason, labels in by_reason.items():
+                who = side if len(labels) == len(series_list) else f"{side} {', '.join(labels)}"
+                why.append(f"{who}: {reason}")
+        why = "; ".join(why)
+        ratios.rows.append([ratio.kind.label, *cells, why or "-"])
+    return absolute, ratios
+
+
+def _published_sections(content: ReportContent) -> list[Section]:
+    if content.alignment_error:
+        return [Section("Published figures", [f"Not lined up: {content.alignment_error}"])]
+    alignment = content.alignment
+    if alignment is None:
+        return []
+    intro = [f"{content.reference_title} ({content.reference_url}): {content.reference_shape}. Absolute samples/s "
+             "compare only where the device and the shape match; ratios (workers N vs 0, on-device decode vs the "
+             "CPU loader) compare across machines."]
+    absolute, ratios = published_tables(alignment)
+    bars = [Bar(s.device, loader, workers, values[s]) for (loader, workers), values in alignment.absolute.items()
+            for s in alignment.published_series if s in values]
+    chart = grouped_bars("published", "Published throughput (samples/s, 8 devices)", bars, "samples/s")
+    return [Section("Published figures beside the measured ones", intro, [absolute], [chart]),
+            Section("Ratios: published and measured on the same row", [
+                "Each row compares two settings on one device; '-' is a figure that side did not run (the last "
+                "column says which run is missing)."], [ratios])]
+
+
+def sections(content: ReportContent) -> list[Section]:
+    """What the report says, in order; see the module docstring."""
+    rows = content.rows
+    summary = [content.headline(), f"Source: {content.source}. Matrix status: {content.status}"
+               + (f" ({content.reason})" if content.reason else "") + f". Generated {content.generated_at}."]
+    if content.contended:
+        summary.append("Warning: the host was busy with other work while measuring "
+                       + ", ".join(r.label for r in content.contended)
+                       + ": those figures are not the machine's (marked BUSY and hatched).")
+    if any(r.config.device == "cpu" for r in rows):
+        summary.append("On the CPU there is no separate device memory: 'device peak' is the training process's "
+                       "host RSS high-water mark (VmHWM), the same memory as the host figures.")
+    bars = [Bar(_group(r, rows), r.config.loader, r.config.num_workers, r.metrics[THROUGHPUT],
+                r.metrics.get("throughput_ci95_low"), r.metrics.get("throughput_ci95_high"), r.contended)
+            for r in rows]
+    throughput = grouped_bars("throughput", "Training throughput (samples/s, measured steps; 95 % interval)",
+                              bars, "samples/s")
+    out = [Section("Summary", summary),
+           Section("Throughput by device, loader workers and loader",
+                   ["Speed-up: over workers=0 with loader=cpu and every other axis equal (the blog's baseline)."],
+                   [results_table(content)], [throughput]),
+           Section("Memory", [], [], [memory_bars(rows, lambda r: _group(r, rows))])]
+    if content.unfinished:
+        out.append(Section("Configurations that did not finish", list(content.unfinished)))
+    out += _published_sections(content)
+    if content.audit:
+        verdicts = Table(["subject", "check", "verdict", "detail"],
+                         [[a.subject, a.name, a.verdict, a.detail] for a in content.audit])
+        out.append(Section("Audit", [f"{sum(a.verdict == 'FAIL' for a in content.audit)} check(s) failed."],
+                           [verdicts]))
+    provenance = Table(["", ""], [[k, str(v)] for k, v in content.provenance.items()]
+                       + [[f"version {k}", v] for k, v in content.versions.items()])
+    out.append(Section("Provenance", ["To reproduce (same commit and versions):"], [provenance],
+                       code=content.command))
+    return out
+
+
+# --- HTML ---------------------------------------------------------------------------------------------
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1400px;
+       color: #222; padding: 0 1em; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.6em 0; }
+th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; }
+th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
+tr.busy td { background: #fff1e6; }
+img.chart { max-width: 100%; display: block; margin: 0.8em 0; }
+pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; }
+p.warning { color: #a33; }
+"""
+
+
+def _html_table(table: Table) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in table.headers)
+    body = []
+    for index, cells in enumerate(table.rows):
+        attrs = ""
+        if index < len(table.row_ids):
+            attrs = f' data-config-id="{html.escape(table.row_ids[index])}"'
+            if cells and cells[-1] == "BUSY":
+                attrs += ' class="busy"'
+        body.append(f"<tr{attrs}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def to_html(content: ReportContent, parts: Sequence[Section]) -> str:
+    """One self-contained page: CSS inline, charts as SVG data URIs, no script, nothing fetched."""
+    body = [f"<h1>{html.escape(content.title)}</h1>"]
+    for section in parts:
+        body.append(f"<h2>{html.escape(section.heading)}</h2>")
+        for text in section.paragraphs:
+            css = ' class="warning"' if text.startswith("Warning:") else ""
+            body.append(f"<p{css}>{html.escape(text)}</p>")
+        for chart in section.charts:
+            data = base64.b64encode(chart.svg.encode()).decode()
+            body.append(f'<img class="chart" alt="{html.escape(chart.title)}" data-chart="{chart.name}" '
+                        f'src="data:image/svg+xml;base64,{data}">')
+        body += [_html_table(t) for t in section.tables]
+        if section.code:
+            body.append(f"<pre>{html.escape(section.code)}</pre>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(content.title)}</title><style>{_CSS}</style></head>\n<body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
+
+
+# --- Markdown -----------------------------------------------------------------------------------------
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(content: ReportContent, parts: Sequence[Section], image_prefix: str = "") -> str:
+    """The same sections in Markdown; charts as links to ``<image_prefix><chart>.png``."""
+    lines = [f"# {content.title}", ""]
+    for section in parts:
+        lines += [f"## {section.heading}", ""]
+        for text in section.paragraphs:
+            lines += [text, ""]
+        for chart in section.charts:
+            lines += [f"![{chart.title}]({image_prefix}{chart.name}.png)", ""]
+        for table in section.tables:
+            lines += [markdown_table(table), ""]
+        if section.code:
+            lines += ["```bash", section.code, "```", ""]
+    return "\n".join(lines)
+
+
+def markdown_table(table: Table) -> str:
+    lines = ["| " + " | ".join(_md_cell(h) for h in table.headers) + " |",
+             "|" + "|".join("---" for _ in table.headers) + "|"]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+    return "\n".join(lines)

@@ -1,0 +1,242 @@
+"""The user's view (issue 14): the report rendered by a real browser, its Markdown twin, the report of an MLflow
+run, the published figures lined up by what they compare, one spelling of a configuration, MLflow metric groups,
+the dry run, the progress display's ETA and MLflow's log lines kept out of it."""
+
+import dataclasses
+import io
+import logging
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from suite.analysis.compare import rows_from_results
+from suite.analysis.published import align, load_reference, measured_table, reference_table
+from suite.cli import main
+from suite.config import RunConfig, short_labels
+from suite.records.results import FAILED, FINISHED, RunResult
+from suite.records.store import MatrixInfo, ResultsStore
+from suite.recorders.metric_names import mlflow_metrics, mlflow_name, suite_metrics, suite_name
+from suite.report import write_report
+from suite.report.browser import find_chromium, rendered_dom, screenshot
+from suite.report.charts import LOADER_COLOURS
+from suite.report.content import from_folder
+from suite.report.render import published_tables
+
+pytestmark = pytest.mark.mechanics
+
+BASE = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=0, loader="cpu", precision="fp32",
+                 batch_size=8)
+MiB = 2**20
+
+
+def _metrics(throughput, busy=False):
+    return {"throughput_samples_per_s": throughput, "throughput_ci95_low": throughput * 0.95,
+            "throughput_ci95_high": throughput * 1.05, "step_time_p50_s": 8 / throughput,
+            "step_time_p99_s": 10 / throughput, "data_wait_fraction": 0.3, "host_ram_peak_pss_bytes": 400 * MiB,
+            "host_ram_peak_rss_bytes": 460 * MiB, "device_peak_memory_bytes": 470 * MiB, "eval_accuracy": 0.05,
+            "contention_others_cpu_share": 0.6 if busy else 0.01, "contention_steal_share": 0.0}
+
+
+def _folder(tmp_path: Path) -> Path:
+    """A results folder of six configurations (workers 0-2 x loader cpu/device), one measured on a busy host, and
+    one configuration that failed."""
+    store = ResultsStore.create(tmp_path / "out", MatrixInfo(
+        name="m", workload="bridgetower", command=["suite", "run", "--workers", "0,1,2", "--loader", "cpu,device"],
+        tags={"git_commit": "abc123", "git_dirty": "false", "version.torch": "2.13.0", "host.cpu_model": "Test CPU"}))
+    figures = {("cpu", 0): 40.0, ("cpu", 1): 55.0, ("cpu", 2): 61.0, ("device", 0): 44.0, ("device", 1): 58.0,
+               ("device", 2): 70.0}
+    for (loader, workers), throughput in figures.items():
+        config = dataclasses.replace(BASE, loader=loader, num_workers=workers)
+        store.record(RunResult(config=config.to_dict(), status=FINISHED, run_uid=f"{loader}{workers}",
+                               metrics=_metrics(throughput, busy=(loader, workers) == ("cpu", 1))))
+    store.record(RunResult(config=dataclasses.replace(BASE, precision="bf16").to_dict(), status=FAILED,
+                           reason="bf16 is not supported here", run_uid="bf16"))
+    store.finish(FAILED, "1 of 7 run(s) did not finish")
+    store.release()
+    return tmp_path / "out"
+
+
+# --- the report in a real browser -------------------------------------------------------------------------
+def _chromium_or_skip():
+    if find_chromium() is None:
+        if os.environ.get("SUITE_REQUIRE_CHROMIUM"):
+            pytest.fail("SUITE_REQUIRE_CHROMIUM is set (CI) but no Chromium was found")
+        pytest.skip("no Chromium on this machine (install Debian's chromium; CI does)")
+
+
+PROBE = """<script>
+window.addEventListener('load', () => {
+  for (const img of document.images) img.setAttribute('data-probed-width', String(img.naturalWidth));
+});
+</script></body>"""
+
+
+def test_the_report_renders_in_headless_chromium_with_its_rows_and_charts(tmp_path):
+    _chromium_or_skip()
+    files = write_report(from_folder(_folder(tmp_path), "bridgetower_hf_blog_2023"), tmp_path / "report")
+    page = files.html.read_text()
+    assert not re.search(r'<(img|script|link)[^>]+(src|href)="(https?:)?//', page)  # self-contained
+    # what the browser laid out: every configuration row, every chart decoded (a probe added to a copy)
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.replace("</body>", PROBE))
+    dom = rendered_dom(probed)
+    config_ids = re.findall(r'<tr[^>]*data-config-id="([^"]+)"', dom)
+    assert len(config_ids) == 6 and len(set(config_ids)) == 6
+    widths = [int(w) for w in re.findall(r'data-probed-width="(\d+)"', dom)]
+    assert len(widths) == 3 and all(w > 100 for w in widths)  # throughput, memory, published: decoded
+    assert "loader cpu: workers 2 vs 0" in dom and "bf16 is not supported here" in dom
+    # and what a person sees: a non-blank page with the bars drawn in the CPU loader's colour
+    import numpy
+    from PIL import Image
+
+    png = screenshot(files.html, tmp_path / "shot.png", width=1200, height=1800)
+    pixels = numpy.asarray(Image.open(png).convert("RGB")).reshape(-1, 3).astype(int)
+    assert (pixels != 255).any(axis=1).mean() > 0.05  # not a blank page
+    cpu_blue = numpy.array([int(LOADER_COLOURS["cpu"][i:i + 2], 16) for i in (1, 3, 5)])
+    assert (numpy.abs(pixels - cpu_blue).max(axis=1) < 12).sum() > 2000  # the bars are drawn
+
+
+def test_the_markdown_twin_says_what_the_page_says(tmp_path):
+    content = from_folder(_folder(tmp_path), "bridgetower_hf_blog_2023")
+    files = write_report(content, tmp_path / "report")
+    markdown, page = files.markdown.read_text(), files.html.read_text()
+    for row in content.rows:
+        assert f"| {row.config.device} | {row.config.loader} | {row.config.num_workers} |" in markdown
+    for image in files.images:
+        assert f"]({image.name})" in markdown and image.stat().st_size > 1000
+    for text in ("Best: device=cpu workers=2 loader=device precision=fp32 engine=suite at 70.0 samples/s, 1.75x",
+                 "host was busy", "abc123", "suite run --workers 0,1,2 --loader cpu,device",
+                 "(host VmHWM)", "device=cpu workers=0 loader=cpu precision=bf16 engine=suite: FAILED"):
+        assert text in markdown and text.replace('"', "&quot;") in page
+    assert "BUSY" in markdown and markdown.count("| quiet |") == 5
+
+
+def test_the_report_of_an_mlflow_run_is_the_report_of_its_folder(tmp_path):
+    folder = _folder(tmp_path)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert main(["upload", str(folder), "--tracking-uri", uri]) == 0
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    [parent] = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                  "tags.`suite.role` = 'matrix'")
+    assert main(["report", parent.info.run_id, "--tracking-uri", uri, "--output", str(tmp_path / "r")]) == 0
+    from_mlflow_md = (tmp_path / "r" / "report.md").read_text()
+    assert main(["report", str(folder), "--output", str(tmp_path / "f")]) == 0
+    from_folder_md = (tmp_path / "f" / "report.md").read_text()
+    table = lambda text: [line for line in text.splitlines() if line.startswith("| cpu |")]  # noqa: E731
+    assert table(from_mlflow_md) == table(from_folder_md) and len(table(from_folder_md)) >= 6
+
+
+def test_a_report_of_nothing_finished_or_no_folder_is_one_line(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope" / "x")]) == 2
+    assert "no such results folder" in capsys.readouterr().err
+
+
+# --- published figures lined up by what they compare ---------------------------------------------------------
+def test_published_and_measured_ratios_share_a_row_and_missing_ones_say_why(tmp_path):
+    _, data = load_reference("bridgetower_hf_blog_2023")
+    rows = rows_from_results(ResultsStore(_folder(tmp_path)).results())
+    alignment = align(reference_table(data), measured_table(rows))
+    by_kind = {r.kind.label: r for r in alignment.ratios}
+    two_vs_zero = by_kind["loader cpu: workers 2 vs 0"]
+    [gaudi2] = [s for s in alignment.published_series if s.device == "gaudi2"]
+    [cpu] = alignment.measured_series
+    assert two_vs_zero.published[gaudi2] == pytest.approx(768.7 / 601.5)
+    assert two_vs_zero.measured[cpu] == pytest.approx(61.0 / 40.0)
+    decode = by_kind["workers 2: loader device vs cpu"]
+    assert decode.published[gaudi2] == pytest.approx(847.7 / 768.7) and decode.measured[cpu] == pytest.approx(70 / 61)
+    assert "loader=device workers=2" in decode.why[alignment.published_series[1]]  # h100 ran no device loader
+    assert [s.device for s in alignment.published_series] == ["gaudi2", "h100", "a100"]  # the blog's order
+    absolute, ratios = published_tables(alignment)
+    assert ["cpu", "2", "768.7", "602.1", "345.4", "61.0"] in absolute.rows
+    [line] = [r for r in ratios.rows if r[0] == "workers 1: loader device vs cpu"]
+    assert line[-2] == f"{58 / 55:.2f}x" and "published: no run of loader=device workers=1" in line[-1]
+
+
+def test_compare_reference_prints_both_sides_on_one_row(tmp_path, capsys):
+    assert main(["compare", str(_folder(tmp_path)), "--reference", "bridgetower_hf_blog_2023",
+                 "--output", str(tmp_path / "plots")]) == 0
+    out = capsys.readouterr().out
+    assert "published and measured samples/s" in out and "ratios, published and measured on one row" in out
+    [line] = [line for line in out.splitlines() if "loader cpu: workers 2 vs 0" in line]
+    assert "1.28x" in line and "1.52x" in line  # gaudi2 published, cpu measured
+
+
+# --- one spelling, MLflow names ------------------------------------------------------------------------------
+def test_run_names_name_the_axes_that_vary():
+    configs = [dataclasses.replace(BASE, num_workers=w, loader=l, precision=p)
+               for w in (0, 2) for l in ("cpu", "cpu-fast") for p in ("fp32",)]
+    labels = short_labels(configs)
+    assert labels[configs[-1].config_id] == "workers=2 loader=cpu-fast"
+    assert short_labels([BASE]) == {BASE.config_id: BASE.describe()}
+    twins = [BASE, dataclasses.replace(BASE, dataset="synthetic:64")]  # differ off the named axes
+    named = short_labels(twins)
+    assert len(set(named.values())) == 2 and all("#" in v for v in named.values())
+
+
+def test_metric_names_group_for_mlflow_and_read_back():
+    names = list(_metrics(10.0)) + ["loss", "measured_steps", "skipped_samples", "steps_to_target"]
+    for name in names:
+        assert suite_name(mlflow_name(name)) == name
+    assert mlflow_name("throughput_samples_per_s") == "throughput/throughput_samples_per_s"
+    assert mlflow_name("host_ram_peak_pss_bytes") == "memory/host_ram_peak_pss_bytes"
+    assert suite_name("system/cpu_utilization_percentage") == "system/cpu_utilization_percentage"
+    assert suite_name("throughput_samples_per_s") == "throughput_samples_per_s"  # runs recorded before grouping
+    logged = dict((k, v) for k, v, _, _ in mlflow_metrics([("device_peak_memory_bytes", 3 * MiB, 0, 0)]))
+    assert logged == {"memory/device_peak_memory_bytes": 3 * MiB, "memory/device_peak_memory_mib": 3.0}
+    assert suite_metrics(logged) == {"device_peak_memory_bytes": 3 * MiB}
+
+
+# --- dry run, progress -----------------------------------------------------------------------------------------
+def test_dry_run_lists_the_matrix_and_creates_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["run", "--workers", "0,1", "--loader", "cpu,device", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert sorted(tmp_path.rglob("*")) == before  # no mlflow.db, no results folder, no lock file
+    lines = [line for line in out.splitlines() if "bridgetower-tiny-cpu-" in line]
+    assert len(lines) == 4 and all(line.rstrip().endswith("unknown") for line in lines)
+    assert "device=cpu workers=1 loader=device precision=fp32 engine=suite" in out
+    assert "(not there yet: suite run creates it)" in out and "estimated duration: unknown" in out
+
+
+def test_the_progress_eta_comes_from_timed_steps_and_finished_configurations(monkeypatch):
+    from suite.cli import display
+    from suite.run.estimate import estimate
+
+    clock = [100.0]
+    monkeypatch.setattr(display.time, "monotonic", lambda: clock[0])
+    configs = [dataclasses.replace(BASE, num_workers=w) for w in (0, 1, 2)]
+    timing = display.Timing(3, estimate(configs, {configs[0].config_id: [30.0, 50.0]}))
+    timing.start(configs[0])
+    assert timing.matrix_eta_s() == pytest.approx(40.0 + 2 * 40.0)  # history only: median 40 s per configuration
+    for step in range(1, 6):
+        timing.on_step(step, 20)
+        clock[0] += 0.5
+    assert timing.step_time_s == pytest.approx(0.5) and timing.config_eta_s() == pytest.approx(7.5)
+    assert "16.0 samples/s" in timing.step_text(1.0) and "ETA 8 s" in timing.step_text(1.0)
+    clock[0] = 130.0
+    timing.end()  # the first took 30 s: the typical configuration now
+    timing.start(configs[1])
+    assert timing.matrix_eta_s() == pytest.approx(30.0 + 30.0)
+
+
+def test_mlflow_info_lines_stay_out_of_the_progress_display(capsys):
+    import mlflow  # noqa: F401 - configures its own stderr handler, as in a run
+
+    from suite.cli.display import RichProgress
+
+    progress = RichProgress(1)
+    buffer = io.StringIO()
+    progress.console.file = buffer
+    with progress:
+        logging.getLogger("mlflow.system_metrics.system_metrics_monitor").info("Started monitoring system metrics.")
+        logging.getLogger("mlflow.store.db.utils").warning("the store is slow")
+    captured = capsys.readouterr()
+    assert "Started monitoring" not in captured.err + captured.out + buffer.getvalue()
+    assert "the store is slow" in buffer.getvalue()  # a warning still shows, through the display
+    assert logging.getLogger("mlflow").handlers and logging.getLogger("mlflow").handlers[0].__class__.__name__ != \
+        "RichHandler"  # put back afterwards
