@@ -79,6 +79,7 @@ class RunSettings:
     tokenizer: str = "auto"  # a checkpoint's tokenizer: "auto" (on this machine, else a local stand-in) or "hub"
     skip_bad_samples: bool = False
     nproc_per_node: int = 1  # processes (devices) per node, launched with torchrun when > 1
+    nnodes: int = 1  # nodes per configuration: torchrun on each, meeting at rdzv_endpoint (c10d rendezvous)
     prefetch_factor: int | None = None  # batches each loader worker prepares ahead; None: torch's default (2)
     eval_every: int | None = None  # evaluate quality every N steps (and always at the end); None: at the end only
     target_quality: float | None = None  # train until eval_accuracy >= this (MLPerf's time-to-train), at most max_steps
@@ -95,6 +96,7 @@ class RunSettings:
     submission_platform: str | None = field(default=None, metadata=_CONTROL)  # None: from the device's facts
     submission_division: str | None = field(default=None, metadata=_CONTROL)  # None: closed only for the recipe
     clear_caches: bool = field(default=False, metadata=_CONTROL)  # drop the OS page cache first (needs root)
+    rdzv_endpoint: str | None = field(default=None, metadata=_CONTROL)  # HOST:PORT where the nodes meet (nnodes > 1)
 
     def __post_init__(self) -> None:
         _require_name("workload", self.workload)
@@ -112,6 +114,12 @@ class RunSettings:
         if not isinstance(self.skip_bad_samples, bool):
             raise ConfigError(f"skip_bad_samples must be true or false, got {self.skip_bad_samples!r}")
         _require_int("nproc_per_node", self.nproc_per_node, 1)
+        _require_int("nnodes", self.nnodes, 1)
+        if self.nnodes > 1:
+            host, colon, port = (self.rdzv_endpoint or "").rpartition(":")
+            if not colon or not host or not port.isdigit():
+                raise ConfigError(f"nnodes {self.nnodes} needs rdzv_endpoint HOST:PORT (where the nodes' torchrun "
+                                  f"meet: the same on every node), got {self.rdzv_endpoint!r}")
         if self.prefetch_factor is not None:
             _require_int("prefetch_factor", self.prefetch_factor, 1)
         for name in ("max_image_pixels", "max_image_bytes"):
@@ -208,6 +216,8 @@ class RunConfig(RunSettings):
             parts.append(f"pf{self.prefetch_factor}")
         if self.nproc_per_node > 1:
             parts.append(f"np{self.nproc_per_node}")
+        if self.nnodes > 1:
+            parts.append(f"nn{self.nnodes}")
         parts += [f"b{self.batch_size if self.batch_size is not None else 'default'}", f"s{self.seed}",
                   self.digest()[:8]]
         return "-".join(_SAFE.sub("_", part) for part in parts)
@@ -260,12 +270,14 @@ class RunConfig(RunSettings):
             text += f" prefetch={self.prefetch_factor}"
         if self.nproc_per_node > 1:
             text += f" nproc={self.nproc_per_node}"
+        if self.nnodes > 1:
+            text += f" nodes={self.nnodes}"
         return text
 
 
 #: The axes a person reads a configuration by, as (name shown, field), in the order shown.
 LABEL_AXES = (("device", "device"), ("workers", "num_workers"), ("loader", "loader"), ("precision", "precision"),
-              ("engine", "engine"), ("prefetch", "prefetch_factor"), ("nproc", "nproc_per_node"),
+              ("engine", "engine"), ("prefetch", "prefetch_factor"), ("nproc", "nproc_per_node"), ("nodes", "nnodes"),
               ("batch", "batch_size"), ("seed", "seed"))
 
 

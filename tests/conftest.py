@@ -14,15 +14,18 @@ PLUGINS = Path(__file__).parent / "plugins"
 
 @pytest.fixture(scope="session", autouse=True)
 def isolated_cache(tmp_path_factory):
-    """Synthetic data goes to a per-session cache, never the user's ~/.cache."""
+    """Synthetic data goes to a per-session cache, never the user's ~/.cache. And `suite run` writes its end-of-run
+    report only where a test asks for it (--report; the report's tests do): ~3 s per matrix otherwise."""
     cache = os.environ.get("SUITE_TEST_CACHE_DIR") or str(tmp_path_factory.mktemp("suite-cache"))
-    old = os.environ.get("SUITE_CACHE_DIR")
+    saved = {name: os.environ.get(name) for name in ("SUITE_CACHE_DIR", "SUITE_REPORT")}
     os.environ["SUITE_CACHE_DIR"] = cache
+    os.environ["SUITE_REPORT"] = "0"
     yield Path(cache)
-    if old is None:
-        os.environ.pop("SUITE_CACHE_DIR", None)
-    else:
-        os.environ["SUITE_CACHE_DIR"] = old
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture

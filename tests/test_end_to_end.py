@@ -29,7 +29,7 @@ def matrix_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
     uri = f"sqlite:///{tmp}/mlflow.db"
     code = main(["run", "--workers", "0,2", "--steps", str(STEPS), "--warmup-steps", str(WARMUP),
-                 "--output", str(tmp / "out"), "--tracking-uri", uri, "--no-progress"])
+                 "--output", str(tmp / "out"), "--tracking-uri", uri, "--no-progress", "--report"])
     results = runs_of(tmp / "out")
     return code, results, MlflowClient(tracking_uri=uri), tmp
 

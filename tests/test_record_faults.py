@@ -114,14 +114,15 @@ def test_a_full_file_system_mid_matrix_keeps_the_finished_run_and_recover_restor
     client = MlflowClient(tracking_uri=uri)
     [matrix] = _runs(client, **{"suite.role": "matrix"})
     [config] = _runs(client, **{"suite.role": "configuration"})  # the second configuration never started
-    assert config.info.status == "FINISHED" and config.data.metrics["throughput/throughput_samples_per_s"] > 0  # not lost
+    throughput = config.data.metrics["throughput/throughput_samples_per_s"]
+    assert config.info.status == "FINISHED" and throughput > 0  # not lost
     assert matrix.info.status == "FAILED" and "No space left" in matrix.data.tags["failure_reason"]
 
     (tiny_tmpfs / "filler").unlink()  # space freed
     assert main(["recover", str(out), "--from", str(rescue)]) == 0
     [run] = runs_of(out)
     assert run["status"] == "FINISHED" and run["run_uid"] == config.data.tags["suite.run_uid"]
-    assert run["metrics"]["throughput_samples_per_s"] == pytest.approx(config.data.metrics["throughput/throughput_samples_per_s"])
+    assert run["metrics"]["throughput_samples_per_s"] == pytest.approx(throughput)
     matrix_json = json.loads((out / "matrix.json").read_text())
     assert matrix_json["status"] == "FAILED" and "No space left on device" in matrix_json["reason"]
     assert (out / run["facts"]["run_dir"] / "result.json").is_file()  # written back into the run's folder

@@ -240,3 +240,13 @@ def test_mlflow_info_lines_stay_out_of_the_progress_display(capsys):
     assert "the store is slow" in buffer.getvalue()  # a warning still shows, through the display
     assert logging.getLogger("mlflow").handlers and logging.getLogger("mlflow").handlers[0].__class__.__name__ != \
         "RichHandler"  # put back afterwards
+
+
+def test_reasons_with_brackets_are_shown_as_they_are(capsys):
+    """gloo's reasons carry "[.../pair.cc:553]", which rich would read as a closing markup tag."""
+    from suite.cli.display import print_results_table
+
+    reason = "RuntimeError: [/__w/pytorch/third_party/gloo/transport/tcp/pair.cc:553] Connection closed by peer"
+    print_results_table([RunResult(config=BASE.to_dict(), status=FAILED, reason=reason)])
+    shown = "".join(capsys.readouterr().out.replace("│", "").split())  # the cell folds over lines
+    assert "".join(reason.split()) in shown

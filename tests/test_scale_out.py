@@ -10,13 +10,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
 from suite.analysis.compare import rows_from_mlflow
 from suite.cli import main
-from suite.config import MatrixSpec
+from suite.config import MatrixSpec, RunConfig
 from suite.recorders import MlflowGateway
 from suite.run.matrix import shard_of
 
@@ -54,6 +55,38 @@ def test_a_shard_needs_a_matrix_id_and_a_valid_index(tmp_path, capsys, monkeypat
     assert "holds no configuration" in capsys.readouterr().out
 
 
+def test_a_multi_node_configuration_is_its_own_and_needs_an_endpoint():
+    from suite.errors import ConfigError
+    from suite.run.launch import launcher_command
+
+    base = _configs((0,), ("cpu",))[0]
+    two = dataclasses.replace(base, nnodes=2, rdzv_endpoint="10.0.0.1:29500")
+    assert "-nn2-" in two.config_id and two.config_id != base.config_id and two.describe().endswith("nodes=2")
+    assert dataclasses.replace(two, rdzv_endpoint="10.0.0.2:1").config_id == two.config_id  # a run control
+    with pytest.raises(ConfigError, match="needs rdzv_endpoint HOST:PORT"):
+        dataclasses.replace(base, nnodes=2)
+    command = launcher_command(two, "run-a")
+    assert command[1:3] == ["-m", "torch.distributed.run"]
+    assert {"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:29500", "--rdzv-id=run-a",
+            "--max-restarts=0"} <= set(command)
+
+
+def test_torchruns_own_failure_report_becomes_the_reason(tmp_path):
+    """A real torchrun whose rank 1 raises: the reason names the rank, its exit code and its error."""
+    from suite.run.launch import _torchrun_failure
+
+    script = tmp_path / "fails.py"
+    script.write_text("import os\nif os.environ['RANK'] == '1':\n"
+                      "    raise RuntimeError('Connection closed by peer [127.0.0.1]:4242')\n"
+                      "import time\ntime.sleep(2)\n")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           "--max-restarts=0", str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    reason = _torchrun_failure(done.stdout + done.stderr)
+    assert reason == "torchrun: rank 1 failed (exit code 1); RuntimeError: Connection closed by peer [127.0.0.1]:4242"
+    assert _torchrun_failure("Traceback ...\nValueError: something else") is None  # not torchrun's report
+
+
 def _shard_env(tmp_path, uri, **scheduler):
     return {**os.environ, "MLFLOW_TRACKING_URI": uri, "SUITE": f"{sys.executable} -m suite",
             "SUITE_OUTPUT_ROOT": str(tmp_path / "results"), **scheduler}
@@ -81,33 +114,6 @@ def _matrix_of(client, uri):
     parents = client.search_runs([e.experiment_id for e in client.search_experiments()],
                                  "tags.`suite.role` = 'matrix'")
     return parents, [rows_from_mlflow(MlflowGateway(uri), run_id=p.info.run_id) for p in parents]
-
-
-@pytest.mark.e2e
-def test_the_slurm_array_script_runs_shards_into_one_matrix(tmp_path):
-    """The sbatch file's body, as two array tasks at once (SLURM_ARRAY_* set as Slurm sets them), into one store."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    tasks = [subprocess.Popen(["bash", str(SCRIPTS / "slurm-matrix.sbatch")], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True,
-                              env=_shard_env(tmp_path, uri, SLURM_ARRAY_TASK_ID=str(task), SLURM_ARRAY_TASK_MIN="1",
-                                             SLURM_ARRAY_TASK_COUNT="2", SLURM_ARRAY_JOB_ID="4242",
-                                             SUITE_SCRIPTS=str(SCRIPTS), SUITE_ARGS=f"--workers 0,1,2 {TINY}"))
-             for task in (1, 2)]
-    outputs = [task.communicate(timeout=600)[0] for task in tasks]
-    assert [task.returncode for task in tasks] == [0, 0], outputs
-    folders = sorted((tmp_path / "results").iterdir())
-    assert [f.name for f in folders] == ["slurm-4242-shard0", "slurm-4242-shard1"]
-    ran = [r["config"]["num_workers"] for folder in folders for r in runs_of(folder)]
-    assert sorted(ran) == [0, 1, 2]  # every configuration once
-    client = MlflowClient(uri)
-    parents, views = _matrix_of(client, uri)
-    assert sorted(p.data.tags["suite.shard"] for p in parents) == ["0/2", "1/2"]
-    assert {p.data.tags["suite.matrix_id"] for p in parents} == {"slurm-4242"}
-    for rows in views:  # compare / report of either shard's matrix run: the whole matrix
-        assert sorted(r.config.num_workers for r in rows) == [0, 1, 2]
-    assert main(["report", parents[0].info.run_id, "--tracking-uri", uri, "--output", str(tmp_path / "report"),
-                 "--reference", "none"]) == 0
-    assert (tmp_path / "report" / "report.md").read_text().count("| cpu | cpu |") == 3
 
 
 # --- a shared tracking server on PostgreSQL ---------------------------------------------------------------------
@@ -148,29 +154,103 @@ def postgres(tmp_path):
 
 
 @pytest.mark.e2e
-def test_four_shards_at_once_into_a_tracking_server_on_postgresql(tmp_path, postgres):
+def test_four_slurm_array_tasks_at_once_into_one_matrix_on_a_postgresql_server(tmp_path, postgres):
+    """The sbatch file's body as four array tasks at once (SLURM_ARRAY_* set as Slurm sets them, the array starting
+    at 1), every shard into one `mlflow server` on PostgreSQL: every run present once, statuses right, one matrix."""
     port = free_port()
     server = start_mlflow_server(tmp_path, port, backend_uri=postgres)
     uri = f"http://127.0.0.1:{port}"
     try:
-        shards = [subprocess.Popen([sys.executable, "-m", "suite", "run", "--workers", "0,1", "--loader",
-                                    "cpu,cpu-fast", *TINY.split(), "--shard", f"{index}/4", "--matrix-id", "team-1",
-                                    "--output", str(tmp_path / f"shard{index}"), "--tracking-uri", uri,
-                                    "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                  for index in range(4)]
-        outputs = [shard.communicate(timeout=600)[0] for shard in shards]
-        assert [shard.returncode for shard in shards] == [0] * 4, outputs
+        tasks = [subprocess.Popen(["bash", str(SCRIPTS / "slurm-matrix.sbatch")], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True,
+                                  env=_shard_env(tmp_path, uri, SLURM_ARRAY_TASK_ID=str(task), SLURM_ARRAY_TASK_MIN="1",
+                                                 SLURM_ARRAY_TASK_COUNT="4", SLURM_ARRAY_JOB_ID="4242",
+                                                 SUITE_SCRIPTS=str(SCRIPTS),
+                                                 SUITE_ARGS=f"--workers 0,1 --loader cpu,cpu-fast {TINY}"))
+                 for task in (1, 2, 3, 4)]
+        outputs = [task.communicate(timeout=600)[0] for task in tasks]
+        assert [task.returncode for task in tasks] == [0] * 4, outputs
+        folders = sorted((tmp_path / "results").iterdir())
+        assert [f.name for f in folders] == [f"slurm-4242-shard{index}" for index in range(4)]
+        ran = [RunConfig.from_dict(r["config"]).config_id for folder in folders for r in runs_of(folder)]
+        assert len(ran) == 4 and len(set(ran)) == 4  # the 2 x 2 matrix, every configuration once
         client = MlflowClient(uri)
         experiments = [e.experiment_id for e in client.search_experiments()]
         configuration_runs = client.search_runs(experiments, "tags.`suite.role` = 'configuration'")
-        ids = [r.data.tags["suite.config_id"] for r in configuration_runs]
-        assert len(ids) == 4 and len(set(ids)) == 4  # every run present once
+        assert sorted(r.data.tags["suite.config_id"] for r in configuration_runs) == sorted(ran)  # each once
         assert {r.info.status for r in configuration_runs} == {"FINISHED"}
-        parents, views = _matrix_of(client, uri)
-        assert len(parents) == 4 and {p.info.status for p in parents} == {"FINISHED"}
-        assert all(sorted(r.config_id for r in rows) == sorted(ids) for rows in views)
-        recorded = {r["mlflow_run_id"] for index in range(4) for r in runs_of(tmp_path / f"shard{index}")}
+        recorded = {r["mlflow_run_id"] for folder in folders for r in runs_of(folder)}
         assert recorded == {r.info.run_id for r in configuration_runs}
+        parents, views = _matrix_of(client, uri)
+        assert sorted(p.data.tags["suite.shard"] for p in parents) == [f"{index}/4" for index in range(4)]
+        assert {p.data.tags["suite.matrix_id"] for p in parents} == {"slurm-4242"}
+        assert {p.info.status for p in parents} == {"FINISHED"}
+        for rows in views:  # compare / report of any shard's matrix run: the whole matrix
+            assert sorted(r.config_id for r in rows) == sorted(ran)
+        assert main(["report", parents[0].info.run_id, "--tracking-uri", uri, "--output",
+                     str(tmp_path / "report"), "--reference", "none"]) == 0
+        assert (tmp_path / "report" / "report.md").read_text().count("| cpu | cpu") == 4
     finally:
         stop_server(server)
-        time.sleep(0.5)
+
+
+# --- one configuration over two nodes (two torchrun agents on this machine, c10d rendezvous, gloo) -----------
+def _node(tmp_path, node_rank, port, uri, steps):
+    """`suite run` as a user types it on one node of two; its own process group (a node to kill whole)."""
+    return subprocess.Popen([sys.executable, "-m", "suite", "run", "--nnodes", "2", "--node-rank", str(node_rank),
+                             "--rdzv-endpoint", f"127.0.0.1:{port}", "--workers", "0,1", "--steps", str(steps),
+                             "--warmup-steps", "1", "--system-metrics-interval", "0", "--no-progress",
+                             "--output", str(tmp_path / f"node{node_rank}"), "--tracking-uri", uri],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+@pytest.mark.e2e
+def test_two_nodes_record_each_configuration_once_and_a_node_that_dies_fails_it_with_torchruns_reason(tmp_path):
+    """Two `suite run --nnodes 2` on this machine (torchrun c10d rendezvous, gloo): the first configuration is
+    recorded once, by the node that held global rank 0; node 1 is killed (kill -9 of its whole process group)
+    while the second trains, and node 0 records that configuration FAILED with torchrun's report, promptly."""
+    uri, port, steps = f"sqlite:///{tmp_path}/mlflow.db", free_port(), 20
+    nodes = [_node(tmp_path, rank, port, uri, steps) for rank in (0, 1)]
+    deadline = time.time() + 400
+    while time.time() < deadline:  # the second configuration training: a step logged by global rank 0's node
+        logs = " ".join(p.read_text(errors="replace") for p in tmp_path.glob("node*/runs/*-nw1-*/run.log"))
+        if "step 3/" in logs:
+            break
+        assert all(node.poll() is None for node in nodes), [node.communicate()[0] for node in nodes]
+        time.sleep(0.2)
+    else:
+        pytest.fail("the second configuration never started training on both nodes")
+    killed_at = time.time()
+    node1 = psutil.Process(nodes[1].pid)  # node 1 dies: its runner, torchrun agent, rank and workers at once
+    for process in [node1, *node1.children(recursive=True)]:
+        process.kill()
+    nodes[1].wait()
+    output = nodes[0].communicate(timeout=300)[0]
+    assert time.time() - killed_at < 60, "the surviving node hung"  # torchrun's exit barrier alone waits 300 s
+    assert nodes[0].returncode == 1, output  # a configuration failed; the runner ended
+    first, second = runs_of(tmp_path / "node0")
+    # the reason: the surviving rank's own error if it held global rank 0 (gloo: "Connection closed by peer"), else
+    # torchrun's own report: its failed rank, or its lost rendezvous store when the dead node hosted it
+    assert second["status"] == "FAILED", second
+    reason = second["reason"]
+    assert "Connection closed by peer" in reason or reason.startswith(("torchrun: rank ", "torchrun: the configuration "
+                                                                                          "failed; Rendezvous")), reason
+
+    # the first configuration: measured on both nodes, recorded by the one that held global rank 0
+    killed_node = runs_of(tmp_path / "node1") if (tmp_path / "node1" / "results.json").is_file() else []
+    candidates = [first, *killed_node[:1]]
+    [result] = [r for r in candidates if not r["facts"].get("node_role")]
+    assert "-nn2-" in RunConfig.from_dict(result["config"]).config_id  # two nodes: a configuration of its own
+    facts, m = result["facts"], result["metrics"]
+    assert result["status"] == "FINISHED", result["reason"]
+    assert (facts["world_size"], facts["nodes"], facts["global_batch_size"]) == (2, 2, 16)  # batch 8 x 2 nodes
+    assert m["throughput_samples_per_s"] == pytest.approx(steps * 16 / m["measured_wall_s"])  # slowest rank
+    assert "slowest rank" in facts["aggregation"]
+    assert "this node only" in facts["host_ram_scope"] and m["host_ram_peak_rss_bytes"] > 0  # per node, said
+    if first is not result:
+        assert first["facts"]["node_role"] == "worker" and "throughput_samples_per_s" not in first["metrics"]
+    client = MlflowClient(uri)
+    configuration_runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                            "tags.`suite.role` = 'configuration'")
+    assert len(configuration_runs) == 1 + (second["mlflow_run_id"] is not None)
+    assert result["mlflow_run_id"] in {r.info.run_id for r in configuration_runs}  # once, from one node

@@ -30,6 +30,8 @@ def series_name(row: Row) -> str:
         name += f" prefetch={c.prefetch_factor}"
     if c.nproc_per_node > 1:
         name += f" nproc={c.nproc_per_node}"
+    if c.nnodes > 1:
+        name += f" nodes={c.nnodes}"
     return name
 
 
@@ -79,6 +81,8 @@ def plot(rows: Sequence[Row], directory: Path) -> list[Path]:
         device.plot(xs, [r.metrics.get("device_peak_memory_bytes", float("nan")) / MiB for r in members],
                     marker="o", label=name)
     finish_workers_axis(host, "Host RAM peak: training process + loader workers", "MiB", workers, 7)
-    finish_workers_axis(device, "Device peak memory", "MiB", workers, 7)
+    on_cpu = any(r.config.device == "cpu" for r in rows)
+    finish_workers_axis(device, "Device peak memory" + ("\n(cpu: the training process's host RSS high-water mark)"
+                                                        if on_cpu else ""), "MiB", workers, 7)
     memory_png = _save(plt, fig, directory / "memory.png")
     return [throughput_png, memory_png]

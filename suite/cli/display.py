@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from suite.analysis.scoring import ConfigScore
 from suite.config import RunConfig
+from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.records.results import FINISHED, RunResult
 
 MiB = 2**20
@@ -197,6 +198,8 @@ def summary_line(result: RunResult) -> str:
     label = RunConfig.from_dict(result.config).describe()
     if result.status != FINISHED:
         return f"  {label}: {result.status}: {result.reason}"
+    if result.recorded_elsewhere:
+        return f"  {label}: ran its share on this node; {result.facts.get('recorded_by')} recorded it"
     m = result.metrics
     parts = [f"{m['throughput_samples_per_s']:.1f} samples/s", f"p50 {m['step_time_p50_s'] * 1000:.0f} ms",
              f"data-wait {m['data_wait_fraction']:.0%}"]
@@ -205,6 +208,14 @@ def summary_line(result: RunResult) -> str:
     if "host_ram_peak_rss_bytes" in m:
         parts.append(f"RSS {m['host_ram_peak_rss_bytes'] / MiB:.0f} MiB")
     return f"  {label}: " + ", ".join(parts)
+
+
+def _plain(text: str) -> Any:
+    """A table cell shown as it is: reasons and labels may hold brackets (gloo's "[.../pair.cc:553]") that rich
+    would read as markup."""
+    from rich.text import Text
+
+    return Text(text)
 
 
 def _fmt(metrics: dict[str, float], key: str, scale: float = 1.0, pattern: str = "{:.0f}") -> str:
@@ -224,13 +235,15 @@ def print_results_table(results: Sequence[RunResult]) -> None:
         label = RunConfig.from_dict(result.config).describe() + (f" #{result.repeat}" if result.repeat else "")
         m = result.metrics
         if result.status == FINISHED:
-            table.add_row(label, result.status, _fmt(m, "throughput_samples_per_s", pattern="{:.1f}"),
+            table.add_row(_plain(label), result.status, _fmt(m, "throughput_samples_per_s", pattern="{:.1f}"),
                           _fmt(m, "step_time_p50_s", 1000), _fmt(m, "step_time_p99_s", 1000),
                           _fmt(m, "data_wait_fraction", pattern="{:.0%}"), _fmt(m, "device_peak_memory_bytes", 1 / MiB),
                           _fmt(m, "host_ram_peak_pss_bytes", 1 / MiB), _fmt(m, "host_ram_peak_rss_bytes", 1 / MiB))
         else:
-            table.add_row(label, f"{result.status}: {result.reason}", *["-"] * 7)
+            table.add_row(_plain(label), _plain(f"{result.status}: {result.reason}"), *["-"] * 7)
     wide_console().print(table)
+    if any(r.config.get("device") == "cpu" for r in results):
+        print(DEVICE_MEMORY_NOTE)
 
 
 def print_scores_table(scores: Sequence[ConfigScore]) -> None:
@@ -240,8 +253,9 @@ def print_scores_table(scores: Sequence[ConfigScore]) -> None:
     for column in ("configuration", "status", "repeats", "score samples/s", "CV", "dropped", "losses identical"):
         table.add_column(column)
     for score in scores:
-        table.add_row(RunConfig.from_dict(score.config).describe(),
-                      score.status if not score.reason else f"{score.status}: {score.reason}", str(score.repeats),
+        table.add_row(_plain(RunConfig.from_dict(score.config).describe()),
+                      _plain(score.status if not score.reason else f"{score.status}: {score.reason}"),
+                      str(score.repeats),
                       "-" if score.throughput_score is None else f"{score.throughput_score:.1f}",
                       "-" if score.throughput_cv is None else f"{score.throughput_cv:.1%}",
                       ",".join(map(str, score.dropped_repeats)) or "-", str(score.loss_digests_identical))
@@ -256,7 +270,7 @@ def print_checks(report: Any) -> None:
     for column in ("subject", "check", "verdict", "detail"):
         table.add_column(column, overflow="fold")
     for c in report.checks:
-        table.add_row(c.subject, c.name, f"[{colours[c.verdict]}]{c.verdict}[/]", c.detail)
+        table.add_row(_plain(c.subject), _plain(c.name), f"[{colours[c.verdict]}]{c.verdict}[/]", _plain(c.detail))
     wide_console().print(table)
 
 
@@ -273,13 +287,15 @@ def print_compare_table(rows: Sequence[Any], base: Any, ratios: Sequence[float])
         runs = str(row.runs) + (f" (+{row.unfinished_runs} unfinished)" if row.unfinished_runs else "")
         interval = (f"{m['throughput_ci95_low']:.1f}-{m['throughput_ci95_high']:.1f}"
                     if "throughput_ci95_low" in m and "throughput_ci95_high" in m else "-")
-        table.add_row(row.label + (" [busy host]" if row.contended else ""), runs,
+        table.add_row(_plain(row.label + (" [busy host]" if row.contended else "")), runs,
                       _fmt(m, "throughput_samples_per_s", pattern="{:.1f}"), interval, f"{ratio:.2f}x",
                       _fmt(m, "eval_accuracy", pattern="{:.3f}"),
                       _fmt(m, "step_time_p50_s", 1000), _fmt(m, "data_wait_fraction", pattern="{:.0%}"),
                       _fmt(m, "device_peak_memory_bytes", 1 / MiB), _fmt(m, "host_ram_peak_pss_bytes", 1 / MiB),
                       _fmt(m, "host_ram_peak_rss_bytes", 1 / MiB))
     wide_console().print(table)
+    if any(row.config.device == "cpu" for row in rows):
+        print(DEVICE_MEMORY_NOTE)
     if any(row.contended for row in rows):
         print("[busy host]: other processes used the cores (or the hypervisor stole them) while it was measured; "
               "its figures are not the machine's", file=sys.stderr)
@@ -300,7 +316,7 @@ def print_tune_table(outcome: Any) -> None:
         pick = ", ".join(name for name, chosen in (("best", point is outcome.best),
                                                    ("recommended", point is outcome.recommended)) if chosen)
         table.add_row(
-            point.label, point.status if finished else f"{point.status}: {point.reason}",
+            point.label, _plain(point.status if finished else f"{point.status}: {point.reason}"),
             f"{point.throughput_samples_per_s:.1f}" if finished else "-",
             f"{point.ci_low:.1f}-{point.ci_high:.1f}" if has_interval else "-",
             f"±{(point.ci_high - point.ci_low) / 2 / point.throughput_samples_per_s:.0%}" if has_interval else "-",

@@ -15,6 +15,7 @@ def add_parsers(sub: Any) -> None:
 
 def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from rich.table import Table
+    from rich.text import Text
 
     from suite.cli.display import wide_console
     from suite.registry import device_names, load_device
@@ -26,7 +27,7 @@ def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
         cls = load_device(name)
         avail = cls.availability()
         detected = ", ".join(f"{k}={v}" for k, v in avail.details.items())
-        table.add_row(name, "yes" if avail.available else "no", avail.reason or "-", detected or "-",
+        table.add_row(name, "yes" if avail.available else "no", Text(avail.reason or "-"), Text(detected or "-"),
                       cls.distributed_backend, ",".join(cls.supported_loaders))
     wide_console().print(table)
     return 0

@@ -28,15 +28,27 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("--config", type=Path, default=None, metavar="FILE",
                      help="JSON or TOML file with matrix fields (workload, preset, devices, workers, loaders, "
                           "precisions, engines, steps, warmup_steps, seed, batch_size, dataset, weights, "
-                          "skip_bad_samples, nproc_per_node, prefetch_factor, max_image_pixels, max_image_bytes, "
-                          "allow_outside_links, timeout_s, loader_timeout_s, eval_every, target_quality, max_steps, "
-                          "submission_org, submission_platform, submission_division, clear_caches) and "
+                          "skip_bad_samples, nproc_per_node, nnodes, rdzv_endpoint, prefetch_factor, max_image_pixels, "
+                          "max_image_bytes, allow_outside_links, timeout_s, loader_timeout_s, eval_every, "
+                          "target_quality, max_steps, submission_org, submission_platform, submission_division, "
+                          "clear_caches) and "
                           f"{', '.join(FILE_RUN_OPTIONS)}; options given on the command line win")
     options.add_configuration_options(run, matrix=True)
     run.add_argument("--nproc-per-node", type=options.int_at_least(1), default=1,
                      help="processes (devices) per configuration, launched with torchrun over the device's "
                           "distributed backend (gloo on CPU, nccl, hccl): global batch = batch size x N, global "
                           "throughput over the slowest rank, host RAM summed over ranks (default: 1)")
+    run.add_argument("--nnodes", type=options.int_at_least(1), default=1,
+                     help="nodes per configuration: start the same `suite run` on every node with --rdzv-endpoint; "
+                          "torchrun meets at it (c10d rendezvous) for each configuration, global batch = batch size x "
+                          "nproc-per-node x nnodes, and the node that holds global rank 0 records the run (host RAM: "
+                          "that node's) (default: 1)")
+    run.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                     help="with --nnodes > 1: where the nodes' torchrun meet, the same on every node (e.g. the first "
+                          "node's address and a free port)")
+    run.add_argument("--node-rank", type=options.non_negative_int, default=0,
+                     help="with --nnodes > 1: this node's number, for its records and its results folder (torchrun's "
+                          "rendezvous assigns the ranks)")
     run.add_argument("--prefetch-factor", type=options.int_at_least(1), default=None,
                      help="batches each loader worker prepares ahead (default: torch's, 2); see `suite tune`")
     run.add_argument("--repeats", type=options.int_at_least(1), default=1,
@@ -67,6 +79,10 @@ def add_parsers(sub: Any) -> None:
                      help="the id every shard of one matrix shares: MLflow tag suite.matrix_id, so `suite compare` "
                           "and `suite report` of any shard's matrix run see the whole matrix (default with --shard: "
                           "slurm-$SLURM_ARRAY_JOB_ID in a Slurm array job)")
+    run.add_argument("--report", action=argparse.BooleanOptionalAction,
+                     default=os.environ.get("SUITE_REPORT", "1").lower() not in ("0", "false", "no", "off"),
+                     help="write report.html / report.md into the results folder and attach them to the MLflow "
+                          "matrix run (default: on; $SUITE_REPORT=0 turns it off; a few seconds per matrix)")
     run.add_argument("--dry-run", action="store_true",
                      help="print the expanded matrix (a line per configuration with its id), the output folder, the "
                           "store and the estimated duration (from earlier runs of the same configurations in the "
@@ -159,6 +175,7 @@ def spec_from_args(args: argparse.Namespace) -> MatrixSpec:
         dataset=args.dataset, weights=getattr(args, "weights", None), tokenizer=getattr(args, "tokenizer", "auto"),
         skip_bad_samples=getattr(args, "skip_bad_samples", False),
         nproc_per_node=getattr(args, "nproc_per_node", 1), prefetch_factor=getattr(args, "prefetch_factor", None),
+        nnodes=getattr(args, "nnodes", 1), rdzv_endpoint=getattr(args, "rdzv_endpoint", None),
         max_image_pixels=args.max_image_pixels, max_image_bytes=args.max_image_bytes,
         allow_outside_links=args.allow_outside_links, timeout_s=args.timeout_s, loader_timeout_s=args.loader_timeout_s,
         eval_every=args.eval_every, target_quality=args.target_quality, max_steps=args.max_steps,
@@ -205,14 +222,17 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
         print(f"suite: warning: {warning}", file=sys.stderr)
 
     when = stamp()
-    output = args.output or Path("suite-results") / (when if kind == "matrix" else f"{kind}-{when}")
+    node = f"-node{args.node_rank}" if spec.nnodes > 1 else ""
+    output = args.output or Path("suite-results") / ((when if kind == "matrix" else f"{kind}-{when}") + node)
     tags = {f"version.{k}": v for k, v in package_versions().items()}
     tags.update({k: param_text(v) for k, v in git_state().items()})
     tags.update({f"host.{k}": param_text(v) for k, v in host_facts().items()})
     params: dict[str, Any] = {k: v for k, v in vars(spec).items()}
     params["memory_limit_gib"] = getattr(args, "memory_limit", None)
     params.update({f"prepared.{k}": v for k, v in prepared.items()})
-    name = f"{spec.workload}-{spec.preset}-{when}" if kind == "matrix" else f"{kind}-{spec.workload}-{when}"
+    name = (f"{spec.workload}-{spec.preset}-{when}" if kind == "matrix" else f"{kind}-{spec.workload}-{when}") + node
+    if spec.nnodes > 1:
+        tags["suite.node_rank"] = str(args.node_rank)
     info = MatrixInfo(name=name, workload=spec.workload, command=["suite", *argv], kind=kind,
                       repeats=getattr(args, "repeats", 1),
                       memory_limit_bytes=int(memory_limit * 2**30) if memory_limit else None,
@@ -235,7 +255,7 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
     if info.repeats > 1:
         print_scores_table(outcome.scores)
     where = {"results": str(store.root / "results.json"), **recorder.describe()}
-    report = _write_report(store.root, recorder, outcome)
+    report = _write_report(store.root, recorder, outcome) if getattr(args, "report", True) else None
     if report is not None:
         where["report"] = str(report)
     for error in outcome.recorder_errors:
@@ -257,7 +277,8 @@ def _write_report(folder: Path, recorder: Any, outcome: Any) -> Path | None:
     from suite.report import DEFAULT_REFERENCE, write_report
     from suite.report.content import from_folder
 
-    if not any(r.status == FINISHED for r in outcome.results) or outcome.recording_error is not None:
+    if not any(r.status == FINISHED and not r.recorded_elsewhere for r in outcome.results) \
+            or outcome.recording_error is not None:
         return None
     try:
         content = from_folder(folder, DEFAULT_REFERENCE)
@@ -297,6 +318,11 @@ def _shard(spec: MatrixSpec, args: argparse.Namespace) -> list[RunConfig] | None
     without ``--shard``."""
     from suite.run.matrix import resolve, shard_of
 
+    if spec.nnodes > 1 and not args.matrix_id:  # the nodes' matrix runs share one id: the same options, the same id
+        import hashlib
+
+        identity = json.dumps([spec.rdzv_endpoint, sorted(c.config_id for c in resolve(spec)[1])])
+        args.matrix_id = f"nodes-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
     if args.shard is None:
         return None
     if not args.matrix_id:

@@ -248,6 +248,7 @@ def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 print(f"plots logged to MLflow run(s): {', '.join(parents)}")
     if args.reference and not args.json:
         from rich.table import Table
+        from rich.text import Text
 
         from suite.analysis.published import align
         from suite.report.render import published_tables
@@ -262,6 +263,6 @@ def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 shown.add_column(header, justify="left" if index == 0 or why else "right", no_wrap=index == 0,
                                  overflow="fold" if why else "ellipsis")
             for cells in table.rows:
-                shown.add_row(*cells)
+                shown.add_row(*(Text(cell) for cell in cells))
             wide_console().print(shown)
     return 0

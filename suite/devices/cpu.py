@@ -15,6 +15,10 @@ from typing import Any
 
 from suite.devices.base import Availability, DeviceAdapter, DeviceMemory
 
+#: What "device peak memory" means on a CPU, said wherever the figure is shown (tables, plots, the report).
+DEVICE_MEMORY_NOTE = ("device peak on cpu: the training process's host RSS high-water mark (VmHWM), the same memory "
+                      "as the host figures; a CPU has no separate device memory")
+
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 

@@ -27,9 +27,9 @@ from suite.recorders.metric_names import mlflow_metrics
 #: The experiment's description (MLflow shows it above the runs table).
 EXPERIMENT_NOTE = (
     "{workload} benchmark matrices recorded by `suite`. Each `suite run` is a parent run (its description holds the "
-    "results table; summary metrics: summary/best_throughput_samples_per_s, summary/speedup_best_over_baseline; the full report is "
-    "its artifact report/report.html). Expand it for one child run per configuration, named by the axes that vary "
-    "in that matrix (the full configuration id is the tag suite.config_id). Per configuration: "
+    "results table; summary metrics: summary/best_throughput_samples_per_s, summary/speedup_best_over_baseline; the "
+    "full report is its artifact report/report.html). Expand it for one child run per configuration, named by the "
+    "axes that vary in that matrix (the full configuration id is the tag suite.config_id). Per configuration: "
     "throughput/throughput_samples_per_s, step_time/step_time_p50_s / p99, input/data_wait_fraction, "
     "memory/host_ram_peak_pss_mib / rss (also in bytes), memory/device_peak_memory_mib (on a CPU: the training "
     "process's RSS high-water mark), quality/eval_accuracy.")
@@ -118,6 +118,11 @@ class MlflowRecorder(Recorder):
         self._labels = short_labels(configs)
 
     def begin(self, config: RunConfig, repeat: int, run_uid: str) -> None:
+        if config.nnodes > 1:  # created at its end, by the node that held global rank 0 only (see end)
+            return
+        self._begin(config, repeat, run_uid)
+
+    def _begin(self, config: RunConfig, repeat: int, run_uid: str) -> None:
         config_id = config.config_id
         label = self._labels.get(config_id) or config.describe()
         tags = {tags_.CONFIG_ID: config_id, "suite.device": config.device, tags_.REPEAT: str(repeat),
@@ -141,6 +146,8 @@ class MlflowRecorder(Recorder):
                 run_id, self.tracking_uri, self._system_metrics_interval_s)
 
     def end(self, result: RunResult) -> None:
+        if result.recorded_elsewhere:  # this node's share of a multi-node run: global rank 0's node records it
+            return
         config = RunConfig.from_dict(result.config)
         key = (config.config_id, result.repeat)
         existing = None
@@ -153,7 +160,7 @@ class MlflowRecorder(Recorder):
         if existing is not None:  # started, never completed: complete it
             self._open_runs[key] = existing.info.run_id
         if key not in self._open_runs:
-            self.begin(config, result.repeat, result.run_uid or uuid.uuid4().hex)
+            self._begin(config, result.repeat, result.run_uid or uuid.uuid4().hex)
         run_id = self._open_runs.pop(key)
         self._stop_monitor(key)
         end_ms = int((result.ended_at or time.time()) * 1000)

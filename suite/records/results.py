@@ -154,6 +154,9 @@ def loss_digest(losses: Sequence[float]) -> str:
     return hashlib.sha256("\n".join(losses_hex(losses)).encode()).hexdigest()
 
 
+WORKER_NODE = "worker"  # facts["node_role"] of a run whose measurement another node recorded
+
+
 @dataclass
 class RunResult:
     """The record of one configuration: what ran, how it ended, what it measured.
@@ -178,6 +181,12 @@ class RunResult:
     @property
     def loss_digest(self) -> str:
         return loss_digest(self.losses)
+
+    @property
+    def recorded_elsewhere(self) -> bool:
+        """This node ran its share of a multi-node configuration whose global rank 0, on another node, measured
+        and recorded it: kept in this node's results folder, never scored or sent to MLflow from here."""
+        return self.facts.get("node_role") == WORKER_NODE
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -14,6 +14,7 @@ from typing import Sequence
 
 from suite.analysis.compare import THROUGHPUT, Row
 from suite.analysis.published import Alignment
+from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.report.charts import Bar, Chart, grouped_bars, memory_bars
 from suite.report.content import ReportContent
 
@@ -40,7 +41,7 @@ def _group(row: Row, rows: Sequence[Row]) -> str:
     """A row's bar group: its device, plus any other axis (but workers and loader) that varies in the report."""
     parts = [row.config.device]
     for label, attribute in (("precision", "precision"), ("engine", "engine"), ("prefetch", "prefetch_factor"),
-                             ("nproc", "nproc_per_node"), ("batch", "batch_size")):
+                             ("nproc", "nproc_per_node"), ("nodes", "nnodes"), ("batch", "batch_size")):
         if len({getattr(r.config, attribute) for r in rows}) > 1:
             parts.append(f"{label}={getattr(row.config, attribute)}")
     return " ".join(parts)
@@ -64,6 +65,7 @@ def results_table(content: ReportContent) -> Table:
             device_memory += " (host VmHWM)"
         extra = [f"prefetch={c.prefetch_factor}"] if c.prefetch_factor is not None else []
         extra += [f"nproc={c.nproc_per_node}"] if c.nproc_per_node > 1 else []
+        extra += [f"nodes={c.nnodes}"] if c.nnodes > 1 else []
         table.rows.append([
             c.device, c.loader, str(c.num_workers), c.precision, " ".join([c.engine, *extra]),
             f"{m[THROUGHPUT]:.1f}", interval, "-" if speedup is None else f"{speedup:.2f}x",
@@ -135,8 +137,7 @@ def sections(content: ReportContent) -> list[Section]:
                        + ", ".join(r.label for r in content.contended)
                        + ": those figures are not the machine's (marked BUSY and hatched).")
     if any(r.config.device == "cpu" for r in rows):
-        summary.append("On the CPU there is no separate device memory: 'device peak' is the training process's "
-                       "host RSS high-water mark (VmHWM), the same memory as the host figures.")
+        summary.append(DEVICE_MEMORY_NOTE[0].upper() + DEVICE_MEMORY_NOTE[1:] + ".")
     bars = [Bar(_group(r, rows), r.config.loader, r.config.num_workers, r.metrics[THROUGHPUT],
                 r.metrics.get("throughput_ci95_low"), r.metrics.get("throughput_ci95_high"), r.contended)
             for r in rows]

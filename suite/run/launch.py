@@ -14,6 +14,7 @@ import os
 import re
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +27,7 @@ from suite.config import RunConfig
 from suite.errors import RecordingError, ResultsFolderError
 from suite.events import parse as parse_event
 from suite.records.manifest import build_manifest
-from suite.records.results import FAILED, RunResult
+from suite.records.results import FAILED, FINISHED, WORKER_NODE, RunResult
 from suite.records.store import ResultsStore, RunFiles
 from suite.trackers.host_ram import HostRamSampler
 
@@ -82,6 +83,28 @@ def _exit_description(returncode: int) -> str:
         hint = " (killed: out of memory?)" if -returncode == signal.SIGKILL else ""
         return f"run process died from {name}{hint}"
     return f"run process exited with status {returncode} without a result"
+
+
+_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$")
+
+
+def _torchrun_failure(tail: str) -> str | None:
+    """What torchrun's own report says failed (the rank and its exit code, from its "Root Cause"), with the
+    last error a process printed before it (e.g. gloo's "Connection closed by peer" when a node died)."""
+    lines = tail.splitlines()
+    errors = [m for line in lines if (m := _ERROR_LINE.match(line)) and m.group(1) != "ChildFailedError"]
+    if "ChildFailedError" not in tail and not any("Rendezvous" in m.group(1) for m in errors):
+        return None
+    fields = {}
+    for line in lines[max((i for i, line in enumerate(lines) if "Root Cause" in line), default=0):]:
+        key, colon, value = line.strip().partition(":")
+        if colon and key.strip() in ("rank", "exitcode") and key.strip() not in fields and value.split():
+            fields[key.strip()] = value.split()[0]  # "1 (local_rank: 1)" -> "1"
+    summary = "torchrun: " + (f"rank {fields['rank']} failed (exit code {fields.get('exitcode', '?')})"
+                              if "rank" in fields else "the configuration failed")
+    if errors:
+        summary += f"; {errors[-1].group(1)}: {errors[-1].group(2).strip()[:400]}"
+    return summary
 
 
 def _address_space_limit(limit_bytes: int) -> Callable[[], None]:
@@ -145,6 +168,25 @@ def _validated(received: dict[str, Any] | None, files: RunFiles) -> RunResult | 
         return None
 
 
+#: How long a node waits for the others at a configuration's rendezvous before the configuration fails.
+RENDEZVOUS_JOIN_TIMEOUT_S = 600
+
+
+def launcher_command(config: RunConfig, run_name: str) -> list[str]:
+    """The command that starts a configuration's process(es): Python itself; torchrun standalone for several
+    processes on this node; torchrun with a c10d rendezvous at ``rdzv_endpoint`` for several nodes (the same
+    rendezvous id, the run's name, on every node; no restarts: a node that dies fails the configuration)."""
+    if config.nnodes > 1:
+        return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={config.nnodes}",
+                f"--nproc-per-node={config.nproc_per_node}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={config.rdzv_endpoint}", f"--rdzv-id={run_name}", "--max-restarts=0",
+                f"--rdzv-conf=join_timeout={RENDEZVOUS_JOIN_TIMEOUT_S}"]
+    if config.nproc_per_node > 1:  # one process per device, through torch.distributed's own launcher
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={config.nproc_per_node}"]
+    return [sys.executable]
+
+
 def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = None, command: Sequence[str] = (),
            repeat: int = 0, run_name: str | None = None, memory_limit_bytes: int | None = None,
            run_uid: str | None = None, sample_interval_s: float = 0.05) -> RunResult:
@@ -167,11 +209,8 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
 
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1",
            **load_device(config.device).child_environment(config.nproc_per_node)}
-    launcher = [sys.executable]
-    if config.nproc_per_node > 1:  # one process per device, through torch.distributed's own launcher
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    f"--nproc-per-node={config.nproc_per_node}"]
-    cmd = [*launcher, "-m", PROCESS_MODULE, "--run-folder", str(files.folder.resolve())]
+    cmd = [*launcher_command(config, run_name or config.config_id), "-m", PROCESS_MODULE,
+           "--run-folder", str(files.folder.resolve())]
     started = time.time()
     received: dict[str, Any] | None = None
     try:
@@ -227,6 +266,9 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
         except OSError:  # its last buffered line could not be written: dropped
             pass
     result = _validated(received, files) or _read_result(files)
+    if result is None and returncode == 0 and config.nnodes > 1:  # global rank 0 ran on another node
+        result = RunResult(config=config.to_dict(), status=FINISHED, started_at=started, ended_at=time.time(),
+                           facts={"node_role": WORKER_NODE, "recorded_by": "the node that held global rank 0"})
     if result is None and timed_out.is_set():
         result = RunResult(config=config.to_dict(), status=FAILED, started_at=started, ended_at=time.time(),
                            reason=f"timed out after {timeout_s:g} s (--timeout); the configuration and its loader "
@@ -235,6 +277,8 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
         tail = _log_tail(files.log)
         last = tail.splitlines()[-1] if tail else ""
         reason = _exit_description(returncode) + (f"; last log line: {last}" if last else "")
+        if config.nproc_per_node > 1 or config.nnodes > 1:
+            reason = _torchrun_failure(_log_tail(files.log, 120)) or reason
         result = RunResult(config=config.to_dict(), status=FAILED, reason=reason, started_at=started,
                            ended_at=time.time())
     result.repeat, result.run_uid = repeat, run_uid
@@ -245,6 +289,9 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
         result.facts["memory_limit_bytes"] = memory_limit_bytes
         if result.status == FAILED and (returncode < 0 or _LOOKS_LIKE_OOM.search(result.reason or "")):
             result.reason = f"{result.reason} (under a memory limit of {memory_limit_bytes / 2**30:.2f} GiB)"
+    if config.nnodes > 1:
+        result.facts["host_ram_scope"] = (f"this node only ({socket.gethostname()}, 1 of {config.nnodes} nodes): its "
+                                          "torchrun, its ranks and their loader workers")
     if ram.samples:
         result.metrics["host_ram_peak_rss_bytes"] = float(ram.peak_rss_bytes)
         if ram.peak_pss_bytes is not None:

@@ -185,6 +185,8 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
                 repeats.append(result)
                 progress.config_ended(result)
                 record(result)
+            if any(r.recorded_elsewhere for r in repeats):  # measured and scored by global rank 0's node
+                continue
             score = score_repeats(repeats)
             outcome.scores.append(score)
             try:

@@ -434,7 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     except RecordingError as exc:
         log.line(f"could not write the run's files ({exc}); the runner received the result")
         return 1
-    return 0
+    # a failed rank 0 under torchrun exits 1 too (its result is sent): torchrun then stops its peers at once instead
+    # of waiting at its exit barrier (300 s) for a node that may be gone
+    return 1 if rank.world_size > 1 and result.status != FINISHED else 0
 
 
 if __name__ == "__main__":
