@@ -122,6 +122,8 @@ def test_the_report_of_an_mlflow_run_is_the_report_of_its_folder(tmp_path):
     client = MlflowClient(uri)
     [parent] = client.search_runs([e.experiment_id for e in client.search_experiments()],
                                   "tags.`suite.role` = 'matrix'")
+    children = client.search_runs([parent.info.experiment_id], "tags.`suite.role` = 'configuration'")
+    assert "workers=1 loader=device precision=fp32" in {r.info.run_name for r in children}  # named as suite run does
     assert main(["report", parent.info.run_id, "--tracking-uri", uri, "--output", str(tmp_path / "r")]) == 0
     from_mlflow_md = (tmp_path / "r" / "report.md").read_text()
     assert main(["report", str(folder), "--output", str(tmp_path / "f")]) == 0

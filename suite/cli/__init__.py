@@ -4,10 +4,11 @@
 New-Yorker-like data, ``dataloader_num_workers`` 0, 1, 2) into a local MLflow store (``./mlflow.db``)
 and a new results folder. ``suite list`` shows workloads, presets and devices; ``suite audit`` re-runs a
 recorded matrix and checks it; ``suite compare`` sets configurations side by side and beside published results;
-``suite recover`` / ``suite upload`` finish what a crash left and record a folder into MLflow.
+``suite report`` writes one shareable page of a matrix; ``suite recover`` / ``suite upload`` finish what a crash
+left and record a folder into MLflow.
 
 Commands live in :mod:`.measure` (run, tune, bench-loader, bench-overhead), :mod:`.records` (audit, compare,
-upload, recover) and :mod:`.inspect` (list, devices); shared options in :mod:`.options`, what is shown in
+report, upload, recover) and :mod:`.inspect` (list, devices); shared options in :mod:`.options`, what is shown in
 :mod:`.display`. Each subparser names its handler with ``set_defaults(func=...)``.
 """
 

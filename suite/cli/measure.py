@@ -313,9 +313,9 @@ def _history(tracking_uri: str, configs: Sequence[RunConfig], repeats: int) -> A
         return None
 
 
-def _shard(spec: MatrixSpec, args: argparse.Namespace) -> list[RunConfig] | None:
-    """This invocation's shard of the matrix (``--shard I/N``), with the matrix id the shards share; ``None``
-    without ``--shard``."""
+def _shard_and_matrix_id(spec: MatrixSpec, args: argparse.Namespace) -> list[RunConfig] | None:
+    """This invocation's shard of the matrix (``--shard I/N``; ``None`` without it), and the matrix id that the
+    shards, or the nodes of a multi-node matrix, share (``args.matrix_id``, derived where not given)."""
     from suite.run.matrix import resolve, shard_of
 
     if spec.nnodes > 1 and not args.matrix_id:  # the nodes' matrix runs share one id: the same options, the same id
@@ -345,14 +345,9 @@ def dry_run(spec: MatrixSpec, args: argparse.Namespace, configs: Sequence[RunCon
     repeats = getattr(args, "repeats", 1)
     tracking_uri = args.tracking_uri or default_tracking_uri()
     output = args.output or Path("suite-results") / "<time of the run>"
-    try:
-        from suite.recorders import MlflowGateway
-
-        history = estimate(configs, MlflowGateway(tracking_uri).finished_durations([c.config_id for c in configs]),
-                           repeats)
-        store_note = ""
-    except SuiteError as exc:
-        history, store_note = estimate(configs, {}, repeats), f" ({exc})"
+    history = _history(tracking_uri, configs, repeats)
+    store_note = "" if history is not None else " (its history could not be read: no estimate)"
+    history = history or estimate(configs, {}, repeats)
     shard = f" (shard {args.shard[0]}/{args.shard[1]} of matrix {args.matrix_id})" if args.shard else ""
     print(f"dry run of {len(configs)} configuration(s){shard} x {repeats} repeat(s) of {spec.workload}/{spec.preset}, "
           f"batch {configs[0].batch_size}, {spec.steps} measured + {spec.warmup_steps} warm-up steps; nothing is "
@@ -382,7 +377,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"suite: {_matrix_size(args)} run(s) of {args.workload}: preparing (model library, dataset, tokenizer, "
               "MLflow store)...", file=sys.stderr, flush=True)
     spec = spec_from_args(args)
-    configs = _shard(spec, args)
+    configs = _shard_and_matrix_id(spec, args)
     if configs == []:
         print(f"suite: shard {args.shard[0]}/{args.shard[1]} holds no configuration of this matrix: nothing to run")
         return 0

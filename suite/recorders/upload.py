@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.analysis.scoring import ConfigScore
+from suite.config import RunConfig
 from suite.errors import ResultsFolderError
 from suite.records.results import KILLED, RUNNING, RunResult
 from suite.records.store import ResultsStore, RunFiles, read_rescue
@@ -124,6 +125,7 @@ def upload(directory: Path, tracking_uri: str | None = None, rescue: Path | None
         recorder.open(matrix, store.root)
         results = store.held_results() if own_store else [RunResult.from_dict(r.to_dict())
                                                            for r in store.held_results()]
+        recorder.plan([RunConfig.from_dict(r.config) for r in results])  # run names as `suite run` gives them
         for result in results:
             recorder.end(result)
         for score in store.scores():

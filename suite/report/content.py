@@ -69,7 +69,8 @@ class ReportContent:
         best = self.best
         text = f"Best: {best.label} at {best.metrics[THROUGHPUT]:.1f} samples/s"
         speedup = self.speedups.get(best.config_id)
-        if speedup is not None and best.config.num_workers + (best.config.loader != "cpu") > 0:
+        is_baseline = best.config.num_workers == 0 and best.config.loader == "cpu"
+        if speedup is not None and not is_baseline:
             text += f", {speedup:.2f}x over workers=0 loader=cpu on the same device"
         return text + "."
 
