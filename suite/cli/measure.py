@@ -318,10 +318,13 @@ def _shard_and_matrix_id(spec: MatrixSpec, args: argparse.Namespace) -> list[Run
     shards, or the nodes of a multi-node matrix, share (``args.matrix_id``, derived where not given)."""
     from suite.run.matrix import resolve, shard_of
 
+    if spec.nnodes == 1 and args.shard is None:
+        return None
+    configs = resolve(spec)[1]
     if spec.nnodes > 1 and not args.matrix_id:  # the nodes' matrix runs share one id: the same options, the same id
         import hashlib
 
-        identity = json.dumps([spec.rdzv_endpoint, sorted(c.config_id for c in resolve(spec)[1])])
+        identity = json.dumps([spec.rdzv_endpoint, sorted(c.config_id for c in configs)])
         args.matrix_id = f"nodes-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
     if args.shard is None:
         return None
@@ -331,7 +334,7 @@ def _shard_and_matrix_id(spec: MatrixSpec, args: argparse.Namespace) -> list[Run
             raise ConfigError("--shard needs --matrix-id ID, the same for every shard of the matrix (in a Slurm array "
                               "job it defaults to slurm-$SLURM_ARRAY_JOB_ID)")
         args.matrix_id = f"slurm-{job}"
-    return shard_of(resolve(spec)[1], *args.shard)
+    return shard_of(configs, *args.shard)
 
 
 def dry_run(spec: MatrixSpec, args: argparse.Namespace, configs: Sequence[RunConfig] | None = None) -> int:

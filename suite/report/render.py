@@ -14,6 +14,7 @@ from typing import Sequence
 
 from suite.analysis.compare import THROUGHPUT, Row
 from suite.analysis.published import Alignment
+from suite.config import LABEL_AXES, param_text
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.report.charts import Bar, Chart, grouped_bars, memory_bars
 from suite.report.content import ReportContent
@@ -38,12 +39,14 @@ class Section:
 
 
 def _group(row: Row, rows: Sequence[Row]) -> str:
-    """A row's bar group: its device, plus any other axis (but workers and loader) that varies in the report."""
+    """A row's bar group: its device, plus every other named axis (:data:`suite.config.LABEL_AXES`) that varies in
+    the report but the chart's own (workers, loader) and the seed."""
     parts = [row.config.device]
-    for label, attribute in (("precision", "precision"), ("engine", "engine"), ("prefetch", "prefetch_factor"),
-                             ("nproc", "nproc_per_node"), ("nodes", "nnodes"), ("batch", "batch_size")):
+    for name, attribute in LABEL_AXES:
+        if name in ("device", "workers", "loader", "seed"):
+            continue
         if len({getattr(r.config, attribute) for r in rows}) > 1:
-            parts.append(f"{label}={getattr(row.config, attribute)}")
+            parts.append(f"{name}={param_text(getattr(row.config, attribute))}")
     return " ".join(parts)
 
 
