@@ -12,6 +12,9 @@ import sys
 from typing import Any, TextIO
 
 PREFIX = "@@suite-event "
+#: Set by the runner to the wall-clock time (``time.time()``) it started the configuration process: the start of
+#: ``setup_process_start_s``.
+LAUNCHED_AT_ENV = "SUITE_LAUNCHED_AT"
 _runner_gone = False
 
 

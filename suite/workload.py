@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from suite.config import RunConfig
     from suite.devices.base import DeviceAdapter
+    from suite.trackers.setup import SetupClock
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,26 @@ class Workload(ABC):
 
         raise SuiteError(f"workload {cls.name!r} has no input-pipeline benchmark")
 
+    @classmethod
+    def preload(cls) -> None:
+        """Import what :meth:`setup` will need (the framework's model code...), nothing else: a configuration
+        process started ahead of its turn calls it while the previous configuration finishes, so its set-up does
+        not wait for imports. Building or reading anything belongs in :meth:`setup`."""
+
     def __init__(self, config: "RunConfig", device: "DeviceAdapter") -> None:
         self.config = config
         self.device = device
+
+    @property
+    def setup_clock(self) -> "SetupClock":
+        """Where :meth:`setup` times its phases (``with self.setup_clock.phase("model"): ...``; see
+        :data:`suite.trackers.setup.SETUP_PHASES`); the runner records them as ``setup_<phase>_s``."""
+        clock = self.__dict__.get("_setup_clock")
+        if clock is None:
+            from suite.trackers.setup import SetupClock
+
+            clock = self.__dict__["_setup_clock"] = SetupClock()
+        return clock
 
     @abstractmethod
     def setup(self) -> None:

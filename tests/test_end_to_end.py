@@ -92,6 +92,35 @@ def test_metrics_are_present_and_sane(matrix_run):
     assert results[1]["facts"]["host_ram_max_processes"] >= 3  # main + 2 workers were sampled
 
 
+def test_set_up_is_measured_per_phase_and_the_processes_started_ahead(matrix_run):
+    """Every phase before the first step is a setup_*_s metric; both configurations ran in processes started ahead of
+    their turn (their imports are recorded, not on the first-step path); the matrix says how much of its wall time
+    was inside warm-up + measured windows, in matrix.json and on the MLflow matrix run."""
+    from suite.trackers.setup import SETUP_PHASES, metric_name
+
+    _, results, client, tmp = matrix_run
+    for r in results:
+        m = r["metrics"]
+        expected = set(SETUP_PHASES) - {"mlflow"}
+        assert {metric_name(p) for p in expected} <= set(m), sorted(set(map(metric_name, expected)) - set(m))
+        assert r["facts"]["started_ahead"] is True
+        assert m["setup_imports_s"] > 0.5  # torch and transformers were imported in it, before the hand-over
+        # the first-step latency runs from the hand-over: every phase after it is inside it
+        parts = sum(m[metric_name(p)] for p in ("device", "dataset", "fingerprint", "tokenization", "model",
+                                                 "loader_start"))
+        assert parts < m["setup_first_step_s"]
+        assert 0 < m["warmup_wall_s"] and r["facts"]["workload"]["tokenized_captions"]
+    timing = json.loads((tmp / "out" / "matrix.json").read_text())["timing"]
+    windows = sum(r["metrics"]["warmup_wall_s"] + r["metrics"]["measured_wall_s"] for r in results)
+    assert timing["in_window_s"] == pytest.approx(windows)
+    assert timing["in_window_fraction"] == pytest.approx(windows / timing["matrix_wall_s"])
+    assert 0.05 < timing["in_window_fraction"] < 1  # from this call of main(), not from the test process's start
+    assert timing["setup_mlflow_s"] > 0
+    parent = next(run for run in client.search_runs([client.get_experiment_by_name("bridgetower").experiment_id])
+                  if run.data.tags.get("suite.role") == "matrix")
+    assert parent.data.metrics[mlflow_name("in_window_fraction")] == pytest.approx(timing["in_window_fraction"])
+
+
 def test_losses_identical_across_worker_counts(matrix_run):
     _, results, _, _ = matrix_run
     assert results[0]["losses"] == results[1]["losses"]
@@ -330,9 +359,13 @@ def test_skip_bad_samples_runs_and_records_the_count(tmp_path, capsys):
     assert main(["run", *common, "--batch-size", "16", "--output", str(tmp_path / "no")]) == 2
     assert "15 usable samples, fewer than one batch of 16" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
-    assert main(["run", *common, "--output", str(tmp_path / "out")]) == 0
+    assert main(["run", *common, "--output", str(tmp_path / "out"), "--no-start-ahead"]) == 0
     [result] = runs_of(tmp_path / "out")
     assert result["status"] == "FINISHED" and result["metrics"]["skipped_samples"] == 1
+    # a fresh process at its turn: its first-step latency runs from its launch, so its imports are inside it
+    m = result["metrics"]
+    assert result["facts"]["started_ahead"] is False
+    assert m["setup_first_step_s"] > m["setup_process_start_s"] + m["setup_imports_s"]
     manifest = json.loads(run_file(tmp_path / "out", result, "manifest.json").read_text())
     assert manifest["dataset"]["skipped_samples"] == 1
     assert manifest["dataset"]["skipped"][0]["sample"].endswith("00003.jpg")

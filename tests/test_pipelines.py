@@ -125,6 +125,10 @@ def test_bench_loader_json_carries_the_ratios_and_psnr(capsys, tmp_path):
         "end_to_end_batches_per_s"]
     assert figures["closed_vs_reference"] == pytest.approx(ratio)
     assert figures["fidelity"]["closed_within_tolerance"] is True
+    # the closed pipeline's time per image against libjpeg-turbo's decode alone, both on one worker thread
+    assert figures["closed_per_image_vs_decode"] == pytest.approx(
+        figures["closed_per_image_s"] / figures["decode_per_image_s"])
+    assert figures["closed_per_image_vs_decode"] > 1  # it decodes, then resizes: never faster than decoding alone
     assert figures["settings"]["num_workers"] == 1 and figures["settings"]["batch_size"] == 8
     training = figures["training"]  # does the open pipeline still teach the model? closed and open side by side
     assert training["steps"] == 6 and set(training) >= {"closed", "open", "open_vs_closed_eval_accuracy"}

@@ -82,6 +82,20 @@ def test_bench_overhead_json_compares_the_suite_loop_with_a_bare_loop():
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(proc.stdout)
     assert isinstance(figures["overhead_fraction"], float)
+    low, high = figures["overhead_ci95"]
+    assert low <= figures["overhead_fraction"] <= high
+    parts = figures["decomposition"]
+    from suite.run.overhead import SECTIONS
+
+    assert set(parts) == {*SECTIONS, "tracker_process"}
+    assert all(parts[name]["wall_s_per_step"] >= 0 and parts[name]["cpu_s_per_step"] >= 0 for name in SECTIONS)
+    assert parts["progress_event"]["wall_s_per_step"] > 0  # a JSON line per step is written and timed
+    # the estimate is the sum of its parts: harness seconds per step over the bare step, plus the tracker share
+    estimates = [h / b for h, b in zip(figures["harness_s_per_step_blocks"], figures["bare_step_time_s_blocks"])]
+    assert figures["overhead_fraction"] == pytest.approx(
+        sum(estimates) / len(estimates) + parts["tracker_process"]["fraction_of_step"])
+    paired_low, paired_high = figures["paired_overhead_ci95"]
+    assert paired_low <= figures["paired_overhead_fraction"] <= paired_high
     assert len(figures["bare_step_time_s_blocks"]) == len(figures["suite_step_time_s_blocks"]) == 2
     sampler = figures["ram_sampler"]
     assert 0 < sampler["rss_sample_cpu_s"] < sampler["pss_sample_cpu_s"]

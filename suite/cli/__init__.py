@@ -49,8 +49,17 @@ def _raise_terminated(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import time
+
+    # where a matrix's wall time starts: this process's start when `suite` is the program, else this call
+    started_at = time.time()
+    if argv is None:
+        from suite.trackers.setup import process_started_at
+
+        started_at = process_started_at()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.started_at = started_at
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return args.func(args, argv)

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from suite.cli import options
 from suite.cli.display import (PlainProgress, RichProgress, print_results_table, print_scores_table, print_tune_table,
-                               stamp)
+                               stamp, timing_line)
 from suite.config import FILE_RUN_OPTIONS, TOKENIZER_MODES, MatrixSpec, RunConfig, load_config_file, param_text
 from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_json_atomic
@@ -83,6 +83,10 @@ def add_parsers(sub: Any) -> None:
                      default=os.environ.get("SUITE_REPORT", "1").lower() not in ("0", "false", "no", "off"),
                      help="write report.html / report.md into the results folder and attach them to the MLflow "
                           "matrix run (default: on; $SUITE_REPORT=0 turns it off; a few seconds per matrix)")
+    run.add_argument("--start-ahead", action=argparse.BooleanOptionalAction, default=True,
+                     help="start each configuration's (fresh) process ahead of its turn, once the configuration before "
+                          "has done its measured steps and evaluation, so its imports overlap that one's exit and "
+                          "recording instead of adding to the matrix (default: on)")
     run.add_argument("--dry-run", action="store_true",
                      help="print the expanded matrix (a line per configuration with its id), the output folder, the "
                           "store and the estimated duration (from earlier runs of the same configurations in the "
@@ -196,12 +200,12 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
                  argv: Sequence[str], kind: str = "matrix") -> MatrixRun:
     """Run ``configs`` (default: the matrix of ``spec``) into a new results folder and MLflow; print tables.
     Everything is validated before the folder is created; the folder stays locked in the returned run."""
-    from suite.records.environment import git_state, host_facts, package_versions
-    from suite.records.store import MatrixInfo, ResultsStore
     from suite.recorders import MlflowGateway, MlflowRecorder, default_tracking_uri
-    from suite.recorders.mlflow_gateway import check_reachable, normalize_uri
-    from suite.run.matrix import resolve, run_matrix
+    from suite.recorders.mlflow_gateway import check_reachable
+    from suite.run.matrix import resolve, run_matrix, start_first
+    from suite.trackers.setup import process_started_at
 
+    started_at = getattr(args, "started_at", None) or process_started_at()
     workload_cls, resolved = resolve(spec)
     if configs is not None:  # same resolution (batch size from the preset) for a hand-made list
         resolved = [dataclasses.replace(c, batch_size=resolved[0].batch_size) for c in configs]
@@ -215,8 +219,61 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
                                   "reserves far beyond the memory a process uses (the CUDA driver maps about twice "
                                   "the GPU memory): every configuration would fail 'out of memory' falsely; leave "
                                   f"--memory-limit out for device {device}")
-    tracking_uri = args.tracking_uri or default_tracking_uri()
-    check_reachable(tracking_uri)
+    # the first configurations' processes start now: their imports overlap the checks and MLflow's set-up below
+    first = start_first(resolved, getattr(args, "repeats", 1), int(memory_limit * 2**30) if memory_limit else None) \
+        if getattr(args, "start_ahead", True) else []
+    try:
+        tracking_uri = args.tracking_uri or default_tracking_uri()
+        check_reachable(tracking_uri)
+        store = _create_store(spec, workload_cls, resolved, args, argv, kind, tracking_uri, memory_limit)
+    except BaseException:
+        for process in first:
+            process.cancel()
+        raise
+    info, output = store.matrix_info, store.root
+    try:
+        recorder = MlflowRecorder(MlflowGateway(tracking_uri), args.experiment,
+                                  system_metrics_interval_s=args.system_metrics_interval or None)
+        display = PlainProgress() if args.no_progress else RichProgress(len(resolved) * info.repeats,
+                                                                        _history(tracking_uri, resolved, info.repeats))
+        print(f"suite: {len(resolved)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
+        with display:
+            handed, first = first, []  # run_matrix owns them from here
+            outcome = run_matrix(resolved, store, [recorder], display, start_ahead=getattr(args, "start_ahead", True),
+                                 started_at=started_at, started=handed)
+    except BaseException:
+        for process in first:
+            process.cancel()
+        store.release()
+        raise
+    print_results_table(outcome.results)
+    print(timing_line(outcome.results, outcome.timing), file=sys.stderr)
+    if info.repeats > 1:
+        print_scores_table(outcome.scores)
+    where = {"results": str(store.root / "results.json"), **recorder.describe()}
+    report = _write_report(store.root, recorder, outcome) if getattr(args, "report", True) else None
+    if report is not None:
+        where["report"] = str(report)
+    for error in outcome.recorder_errors:
+        print(f"suite: error: {error}\nsuite: the results folder holds every run; record them into MLflow with: "
+              f"suite upload {output} --tracking-uri {tracking_uri}", file=sys.stderr)
+    if outcome.recording_error is not None:
+        kept = (f"{len(outcome.results)} run(s) kept in {outcome.rescue_file}; after freeing space: "
+                f"suite recover {output} --from {outcome.rescue_file}") if outcome.rescue_file else \
+            "no place could take a rescue copy either: the runs are printed below as JSON"
+        print(f"suite: error: {outcome.reason}; {kept}", file=sys.stderr)
+        if outcome.rescue_file is None:
+            print(json.dumps([r.to_dict() for r in outcome.results]))
+    return MatrixRun(outcome, store, tracking_uri, recorder, where)
+
+
+def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunConfig], args: argparse.Namespace,
+                  argv: Sequence[str], kind: str, tracking_uri: str, memory_limit: float | None) -> Any:
+    """The workload's check of its inputs, then the new results folder with the matrix's facts (locked)."""
+    from suite.records.environment import git_state, host_facts, package_versions
+    from suite.records.store import MatrixInfo, ResultsStore
+    from suite.recorders.mlflow_gateway import normalize_uri
+
     prepared = dict(workload_cls.prepare(resolved[0]))
     for warning in prepared.pop("warnings", []):
         print(f"suite: warning: {warning}", file=sys.stderr)
@@ -239,36 +296,7 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
                       experiment=args.experiment, tags=tags, params={k: param_text(v) for k, v in params.items()},
                       tracking_uri=normalize_uri(tracking_uri), matrix_id=getattr(args, "matrix_id", None),
                       shard="{}/{}".format(*args.shard) if getattr(args, "shard", None) else None)
-    store = ResultsStore.create(output, info)
-    try:
-        recorder = MlflowRecorder(MlflowGateway(tracking_uri), args.experiment,
-                                  system_metrics_interval_s=args.system_metrics_interval or None)
-        display = PlainProgress() if args.no_progress else RichProgress(len(resolved) * info.repeats,
-                                                                        _history(tracking_uri, resolved, info.repeats))
-        print(f"suite: {len(resolved)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
-        with display:
-            outcome = run_matrix(resolved, store, [recorder], display)
-    except BaseException:
-        store.release()
-        raise
-    print_results_table(outcome.results)
-    if info.repeats > 1:
-        print_scores_table(outcome.scores)
-    where = {"results": str(store.root / "results.json"), **recorder.describe()}
-    report = _write_report(store.root, recorder, outcome) if getattr(args, "report", True) else None
-    if report is not None:
-        where["report"] = str(report)
-    for error in outcome.recorder_errors:
-        print(f"suite: error: {error}\nsuite: the results folder holds every run; record them into MLflow with: "
-              f"suite upload {output} --tracking-uri {tracking_uri}", file=sys.stderr)
-    if outcome.recording_error is not None:
-        kept = (f"{len(outcome.results)} run(s) kept in {outcome.rescue_file}; after freeing space: "
-                f"suite recover {output} --from {outcome.rescue_file}") if outcome.rescue_file else \
-            "no place could take a rescue copy either: the runs are printed below as JSON"
-        print(f"suite: error: {outcome.reason}; {kept}", file=sys.stderr)
-        if outcome.rescue_file is None:
-            print(json.dumps([r.to_dict() for r in outcome.results]))
-    return MatrixRun(outcome, store, tracking_uri, recorder, where)
+    return ResultsStore.create(output, info)
 
 
 def _write_report(folder: Path, recorder: Any, outcome: Any) -> Path | None:
@@ -488,9 +516,16 @@ def cmd_bench_overhead(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(json.dumps(figures, indent=2))
         return 0
     sampler = figures["ram_sampler"]
-    print(f"bare loop: {figures['bare_step_time_s'] * 1000:.1f} ms/step; suite with every tracker: "
-          f"{figures['suite_step_time_s'] * 1000:.1f} ms/step; overhead {figures['overhead_fraction']:+.2%} "
-          f"(median over {args.blocks} pairs of alternating blocks of {args.steps} steps)\n"
+    low, high = figures["overhead_ci95"]
+    paired_low, paired_high = figures["paired_overhead_ci95"]
+    print(f"overhead {figures['overhead_fraction']:+.2%} (95 % interval {low:+.2%} .. {high:+.2%}; by decomposition "
+          f"over {args.blocks} blocks of {args.steps} steps, bare step {figures['bare_step_time_s'] * 1000:.1f} ms)")
+    for name, part in figures["decomposition"].items():
+        amount = (f"{part['wall_s_per_step'] * 1e6:8.1f} us/step" if "wall_s_per_step" in part
+                  else f"{part['cpu_cores']:8.3f} cores ")
+        print(f"  {name:<16} {amount} {part['fraction_of_step']:+.3%}  {part['what']}")
+    print(f"cross-check, paired suite/bare step time - 1: {figures['paired_overhead_fraction']:+.2%} "
+          f"({paired_low:+.2%} .. {paired_high:+.2%}: the machine's noise)\n"
           f"host RAM sampler: RSS {sampler['rss_sample_cpu_s'] * 1000:.2f} ms CPU every "
           f"{sampler['interval_s'] * 1000:.0f} ms, PSS {sampler['pss_sample_cpu_s'] * 1000:.1f} ms CPU every "
           f"{sampler['pss_interval_s']:.1f} s = {sampler['cpu_fraction_of_one_core']:.1%} of one core "

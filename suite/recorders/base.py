@@ -36,6 +36,9 @@ class Recorder(ABC):
         """All repeats of a configuration ended; ``score`` summarizes them."""
 
     @abstractmethod
+    def matrix_metrics(self, metrics: dict[str, float]) -> None:
+        """Figures of the whole matrix (its MLflow set-up, the share of its wall time in measured windows)."""
+
     def close(self, status: str, reason: str | None = None) -> None:
         """The matrix ended with ``status``."""
 

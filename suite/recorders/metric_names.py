@@ -15,7 +15,8 @@ MiB = 2**20
 #: (group, name prefixes) in the order tried; a name matching none keeps its plain name (loss, repeats...).
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("throughput", ("throughput_", "model_flops_", "mfu")),
-    ("step_time", ("step_time_", "measured_")),
+    ("step_time", ("step_time_", "measured_", "warmup_wall_")),
+    ("setup", ("setup_", "in_window_")),
     ("memory", ("host_ram_", "device_peak_memory_")),
     ("input", ("data_wait_", "skipped_samples")),
     ("quality", ("eval_", "steps_to_target", "time_to_")),

@@ -270,6 +270,11 @@ class MlflowRecorder(Recorder):
                 return  # already closed as it ended: nothing to change
         self.gateway.terminate(self.parent_run_id, status, self._matrix_ended_at if self._resume else None)
 
+    def matrix_metrics(self, metrics: dict[str, float]) -> None:
+        if self.parent_run_id:
+            now_ms = int(time.time() * 1000)
+            self.gateway.log(self.parent_run_id, metrics=mlflow_metrics([(k, v, now_ms, 0) for k, v in metrics.items()]))
+
     def attach_report(self, content: Any, files: Any) -> None:
         """Give the matrix run what a reader scans for: summary metrics (best throughput, speed-up of the best over
         its workers=0 CPU-loader baseline), a description with the results table (Markdown), and the report

@@ -64,6 +64,7 @@ class MatrixInfo:
     tags: dict[str, str] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
     tracking_uri: str | None = None  # the matrix's own MLflow store
+    timing: dict[str, float] = field(default_factory=dict)  # where the matrix's wall time went (run_matrix)
     status: str = RUNNING
     reason: str | None = None
     started_at: float = field(default_factory=_utc_now)

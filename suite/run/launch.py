@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -25,7 +26,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from suite.config import RunConfig
 from suite.errors import RecordingError, ResultsFolderError
-from suite.events import parse as parse_event
+from suite.events import LAUNCHED_AT_ENV, parse as parse_event
 from suite.records.manifest import build_manifest
 from suite.records.results import FAILED, FINISHED, WORKER_NODE, RunResult
 from suite.records.store import ResultsStore, RunFiles
@@ -187,9 +188,90 @@ def launcher_command(config: RunConfig, run_name: str) -> list[str]:
     return [sys.executable]
 
 
+def _child_environment(config: RunConfig) -> dict[str, str]:
+    from suite.registry import load_device
+
+    return {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1",
+            **load_device(config.device).child_environment(config.nproc_per_node)}
+
+
+def _public(environment: dict[str, str]) -> dict[str, str]:
+    """The environment without private variables (a leading underscore), which libraries of the runner set for
+    themselves meanwhile (MLflow's ``_MLFLOW_TELEMETRY_SESSION_ID``): they do not make a process started ahead
+    unfit."""
+    return {k: v for k, v in environment.items() if not k.startswith("_")}
+
+
+def can_start_ahead(config: RunConfig) -> bool:
+    """Whether ``config`` can run in a process started ahead of its turn (:class:`Standby`): one process, no
+    torchrun (whose launcher starts the processes itself)."""
+    return config.nproc_per_node == 1 and config.nnodes == 1
+
+
+class Standby:
+    """A configuration process started ahead of its turn (``python -m suite.run.process --standby``): the
+    interpreter starts and imports what the configuration's workload and device need, then waits, idle, for its
+    run folder on stdin. The runner starts one when the configuration before has done its measured steps and final
+    evaluation (and one for the first configuration while it sets up the results folder and MLflow), so its imports
+    overlap the previous one's teardown, exit and recording, never a measured step (nor the final evaluation:
+    an importing process on one of the cores slowed the evaluation's OpenMP threads several-fold). It is still a fresh process per configuration:
+    nothing of another configuration is in it, and its memory is its own (sampled from the hand-over; its imports
+    are resident by then and counted). Its stderr waits in a temporary file until the hand-over, when the process
+    moves it into the run's log.
+    """
+
+    def __init__(self, config: RunConfig, memory_limit_bytes: int | None = None) -> None:
+        if not can_start_ahead(config):
+            raise ValueError(f"{config.config_id} runs under torchrun: it cannot be started ahead")
+        self.config, self.memory_limit_bytes = config, memory_limit_bytes
+        self._environment = _child_environment(config)
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the child; closed at hand-over/cancel
+        limit = _address_space_limit(memory_limit_bytes) if memory_limit_bytes else None
+        self.launched_at = time.time()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", PROCESS_MODULE, "--standby", f"{config.workload},{config.device}"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+            env={**self._environment, LAUNCHED_AT_ENV: repr(self.launched_at)}, preexec_fn=limit,
+            start_new_session=True)
+
+    def fits(self, config: RunConfig, memory_limit_bytes: int | None) -> bool:
+        """Whether this process can run ``config``: same workload, device, environment (:func:`_public`) and memory
+        limit, and still alive."""
+        return (can_start_ahead(config) and config.workload == self.config.workload
+                and config.device == self.config.device and memory_limit_bytes == self.memory_limit_bytes
+                and _public(_child_environment(config)) == _public(self._environment) and self.proc.poll() is None)
+
+    def hand_over(self, folder: Path) -> subprocess.Popen:
+        """Give the process its run folder; from now on it is that configuration's process."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(f"{folder}\n")
+            self.proc.stdin.close()
+        finally:
+            self._stderr.close()
+        return self.proc
+
+    def cancel(self) -> None:
+        """Not needed after all: end of input (it exits quietly), and its process group stopped."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+        _signal_group(self.proc, signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._stderr.close()
+
+
 def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = None, command: Sequence[str] = (),
            repeat: int = 0, run_name: str | None = None, memory_limit_bytes: int | None = None,
-           run_uid: str | None = None, sample_interval_s: float = 0.05) -> RunResult:
+           run_uid: str | None = None, sample_interval_s: float = 0.05, standby: Standby | None = None,
+           compute_done: Callable[[], None] | None = None) -> RunResult:
     """Run one configuration in a fresh Python process (through torchrun when ``nproc_per_node > 1``) and return
     its complete result (host RAM included); the run's files are in ``store``'s ``runs/<run_name>/``.
 
@@ -198,31 +280,44 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
     (:meth:`RunConfig.effective_timeout_s`) is killed with its loader workers (its own process group) and
     recorded FAILED "timed out". Raises :class:`RecordingError` when the run folder cannot be written (nothing
     ran then); an interrupt stops the child and its workers and propagates.
+
+    ``standby``: a process started ahead for this configuration (:class:`Standby`); it runs the configuration if it
+    fits (else it is cancelled and a fresh one starts); this call owns it either way. ``compute_done`` is called
+    once the configuration has done its measured steps and final evaluation (the moment to start the next one's
+    standby: what remains is writing and exiting, which contend little with the next one's imports).
     """
     progress = progress or NoProgress()
-    files = store.run_files(run_name or config.config_id)
-    files.write(files.config, config.to_dict())
-    run_info: dict[str, Any] = {"run_uid": run_uid, "repeat": repeat, "command": list(command),
-                                "matrix_uid": store.matrix_info.uid}
-    files.write(files.run_info, run_info)
-    from suite.registry import load_device
-
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1",
-           **load_device(config.device).child_environment(config.nproc_per_node)}
+    if standby is not None and not standby.fits(config, memory_limit_bytes):
+        standby.cancel()
+        standby = None
+    try:
+        files = store.run_files(run_name or config.config_id)
+        files.write(files.config, config.to_dict())
+        run_info: dict[str, Any] = {"run_uid": run_uid, "repeat": repeat, "command": list(command),
+                                    "matrix_uid": store.matrix_info.uid}
+        files.write(files.run_info, run_info)
+        try:
+            log = open(files.log, "a", buffering=1)  # noqa: SIM115 - O_APPEND, shared with the child's stderr
+        except OSError as exc:
+            raise RecordingError(f"cannot write {files.log}: {exc.strerror or exc}") from exc
+    except BaseException:
+        if standby is not None:
+            standby.cancel()
+        raise
     cmd = [*launcher_command(config, run_name or config.config_id), "-m", PROCESS_MODULE,
            "--run-folder", str(files.folder.resolve())]
     started = time.time()
     received: dict[str, Any] | None = None
-    try:
-        log = open(files.log, "a", buffering=1)  # noqa: SIM115 - O_APPEND, shared with the child's stderr
-    except OSError as exc:
-        raise RecordingError(f"cannot write {files.log}: {exc.strerror or exc}") from exc
     sink = _LogSink(log)
     try:
-        limit = _address_space_limit(memory_limit_bytes) if memory_limit_bytes else None
-        # its own process group: a time limit or an interrupt stops it together with its loader workers
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, preexec_fn=limit,
-                                start_new_session=True)
+        if standby is not None:
+            proc = standby.hand_over(files.folder.resolve())
+        else:
+            limit = _address_space_limit(memory_limit_bytes) if memory_limit_bytes else None
+            # its own process group: a time limit or an interrupt stops it together with its loader workers
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=limit,
+                                    env={**_child_environment(config), LAUNCHED_AT_ENV: repr(started)},
+                                    start_new_session=True)
         timeout_s = config.effective_timeout_s()
         timed_out = threading.Event()
         timer = threading.Timer(timeout_s, _kill_group, (proc, timed_out)) if timeout_s else None
@@ -243,6 +338,8 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
                 elif "result" in event:
                     received = event["result"]
                 else:
+                    if event.get("compute_done") and compute_done is not None:
+                        compute_done()
                     progress.event(config, event)
             returncode = proc.wait()
         except BaseException as exc:  # interrupted: stop the child and its workers, then propagate

@@ -25,7 +25,8 @@ from suite.records.results import FAILED, FINISHED, KILLED, RunResult
 from suite.records.store import ResultsStore
 from suite.recorders.base import Recorder
 from suite.registry import device_names, load_workload
-from suite.run.launch import Interrupted, NoProgress, Progress, launch
+from suite.run.launch import Interrupted, NoProgress, Progress, Standby, can_start_ahead, launch
+from suite.trackers.setup import process_started_at
 
 
 def resolve(spec: MatrixSpec) -> tuple[type, list[RunConfig]]:
@@ -101,6 +102,9 @@ class RecorderSet:
     def score(self, score: ConfigScore) -> None:
         self._call(f"the score of {score.config_id}", lambda r: r.score(score))
 
+    def matrix_metrics(self, metrics: dict[str, float]) -> None:
+        self._call("the matrix's timing", lambda r: r.matrix_metrics(metrics))
+
     def close(self, status: str, reason: str | None) -> None:
         self._call("close", lambda r: r.close(status, reason))
 
@@ -117,6 +121,39 @@ class MatrixOutcome:
     recorder_errors: list[str] = dataclasses.field(default_factory=list)
     recording_error: str | None = None  # the results folder could not be written
     rescue_file: Path | None = None  # where the runs were kept instead
+    timing: dict[str, float] = dataclasses.field(default_factory=dict)  # see matrix_timing
+
+
+#: How many configuration processes are started ahead at once (see run_matrix): two import side by side on two cores;
+#: more would hold more idle memory (each ~0.4 GiB with torch and transformers imported) for little gain.
+AHEAD = 2
+
+
+def start_first(configs: Sequence[RunConfig], repeats: int, memory_limit_bytes: int | None) -> list[Standby]:
+    """The processes of the first :data:`AHEAD` configurations started ahead (for :func:`run_matrix`'s ``started``),
+    as soon as the matrix is known: their imports overlap the runner's own set-up (dataset check, MLflow)."""
+    started: list[Standby] = []
+    for config in [c for c in configs for _ in range(repeats)][:AHEAD]:  # in run_matrix's order
+        if not can_start_ahead(config):
+            break
+        try:
+            started.append(Standby(config, memory_limit_bytes))
+        except (OSError, ValueError):
+            break
+    return started
+
+
+def matrix_timing(results: Sequence[RunResult], started_at: float, setup_mlflow_s: float | None
+                  ) -> dict[str, float]:
+    """Where a matrix's wall time went: from the runner's start to now (the report, written after, is not in it),
+    the part inside the configurations' warm-up and measured windows, and its share (``in_window_fraction``)."""
+    wall = max(1e-9, time.time() - started_at)
+    windows = sum(r.metrics.get("warmup_wall_s", 0.0) + r.metrics.get("measured_wall_s", 0.0)
+                  for r in results if not r.recorded_elsewhere)
+    timing = {"matrix_wall_s": wall, "in_window_s": windows, "in_window_fraction": windows / wall}
+    if setup_mlflow_s is not None:
+        timing["setup_mlflow_s"] = setup_mlflow_s
+    return timing
 
 
 class _StopMatrix(Exception):
@@ -124,19 +161,60 @@ class _StopMatrix(Exception):
 
 
 def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Sequence[Recorder],
-               progress: Progress | None = None) -> MatrixOutcome:
+               progress: Progress | None = None, start_ahead: bool = True, started_at: float | None = None,
+               started: Sequence[Standby] = ()) -> MatrixOutcome:
     """Run every configuration ``repeats`` times (from the store's matrix info), recording each run as it ends
     and each configuration's score (see :mod:`suite.analysis.scoring`) after its last repeat.
 
     On an interrupt (Ctrl-C, SIGTERM), the running configuration is recorded as KILLED, the matrix is closed
     with status KILLED and the interrupt propagates.
+
+    With ``start_ahead``, configuration processes are started ahead of their turn (:class:`~suite.run.launch.
+    Standby`), :data:`AHEAD` at a time, so that they import side by side: the first ones while the recorders open,
+    the next ones when a configuration has done its measured steps and final evaluation and the one after it has
+    no process yet. Processes started ahead wait idle (no CPU) while another configuration measures. ``started_at``: when the matrix began (default: this process's start), for its timing.
+    ``started``: the processes of the first runs, already started ahead by the caller (:func:`start_first`); this
+    call owns them.
     """
     if not configs:
+        for process in started:
+            process.cancel()
         raise ConfigError("the matrix has no configuration to run")
+    started_at = started_at or process_started_at()
     info = store.matrix_info
     progress = progress or NoProgress()
+    schedule = [(config, repeat) for config in configs for repeat in range(info.repeats)]
+    ahead: dict[int, Standby] = dict(enumerate(started))  # schedule position -> its process
+
+    def start_one(position: int) -> bool:
+        if position in ahead or position >= len(schedule) or not can_start_ahead(schedule[position][0]):
+            return True
+        try:
+            ahead[position] = Standby(schedule[position][0], info.memory_limit_bytes)
+            return True
+        except (OSError, ValueError):  # cannot start one now (process limit...): it starts at its turn
+            return False
+
+    def start_ahead_from(position: int) -> None:
+        """Unless the run at ``position`` already has its process, start it and the next ones (:data:`AHEAD` in
+        all) ahead of their turn: they import side by side, so every other configuration's imports are hidden."""
+        if start_ahead and position not in ahead:
+            all(start_one(later) for later in range(position, position + AHEAD))
+
+    def cancel_ahead() -> None:
+        while ahead:
+            ahead.popitem()[1].cancel()
+
+    if start_ahead:  # the first ones (unless the caller started them)
+        all(start_one(position) for position in range(AHEAD))
     recorder_set = RecorderSet(recorders)
-    recorder_set.open(store)
+    opened = time.perf_counter()
+    try:
+        recorder_set.open(store)
+    except BaseException:
+        cancel_ahead()
+        raise
+    setup_mlflow_s = time.perf_counter() - opened if recorders else None
     recorder_set.plan(configs)
     outcome = MatrixOutcome([], [], FINISHED, recorder_errors=recorder_set.errors)
 
@@ -165,9 +243,12 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
                 recorder_set.begin(config, repeat, run_uid)
                 progress.config_started(config, index * info.repeats + repeat, total)
                 run_name = config.config_id if info.repeats == 1 else f"{config.config_id}-r{repeat}"
+                position = index * info.repeats + repeat
+                mine = ahead.pop(position, None)  # launch owns it now
                 try:
                     result = launch(config, store, progress, command=info.command, repeat=repeat,
-                                    run_name=run_name, memory_limit_bytes=info.memory_limit_bytes, run_uid=run_uid)
+                                    run_name=run_name, memory_limit_bytes=info.memory_limit_bytes, run_uid=run_uid,
+                                    standby=mine, compute_done=lambda position=position: start_ahead_from(position + 1))
                 except KeyboardInterrupt as exc:
                     outcome.status, outcome.reason = KILLED, "interrupted by the user"
                     completed = exc.result if isinstance(exc, Interrupted) else None
@@ -201,6 +282,10 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
         outcome.status, outcome.reason = KILLED, "interrupted by the user"
         raise
     finally:
+        cancel_ahead()  # the matrix stopped early: the processes started ahead are not needed
+        outcome.timing = matrix_timing(outcome.results, started_at, setup_mlflow_s)
+        info.timing = dict(outcome.timing)
+        recorder_set.matrix_metrics(outcome.timing)
         if outcome.recording_error is not None:
             outcome.status = KILLED if outcome.status == KILLED else FAILED
             outcome.reason = f"stopped: the results folder cannot be written ({outcome.recording_error})"

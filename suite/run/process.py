@@ -11,29 +11,35 @@ lose it; if the runner is gone (killed), the run goes on and its result.json wai
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
 import time
-import traceback
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable
 
-from mlperf_logging.mllog import constants
+#: When this process's own Python began (before its imports): the end of the interpreter's start.
+STARTED_AT = time.time()
 
-from suite.config import RunConfig
-from suite.errors import RecordingError, SuiteError
-from suite.events import emit
-from suite.records.manifest import build_manifest
-from suite.records.mlperf_log import MlperfLog, log_disclosures
-from suite.records.results import FAILED, FINISHED, RunResult
-from suite.records.store import RunFiles
-from suite.registry import load_device, load_workload
-from suite.run.quality import QualityTracker
-from suite.run.steps import TrainingSteps, prepare_device
-from suite.trackers.contention import ContentionMeter
+import argparse  # noqa: E402 - after STARTED_AT on purpose
+import json  # noqa: E402
+import os  # noqa: E402
+import stat  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+from mlperf_logging.mllog import constants  # noqa: E402
+
+from suite.config import RunConfig  # noqa: E402
+from suite.errors import RecordingError, SuiteError  # noqa: E402
+from suite.events import LAUNCHED_AT_ENV, emit  # noqa: E402
+from suite.records.manifest import build_manifest  # noqa: E402
+from suite.records.mlperf_log import MlperfLog, log_disclosures  # noqa: E402
+from suite.records.results import FAILED, FINISHED, RunResult  # noqa: E402
+from suite.records.store import RunFiles  # noqa: E402
+from suite.registry import load_device, load_workload  # noqa: E402
+from suite.run.quality import QualityTracker  # noqa: E402
+from suite.run.steps import TrainingSteps, prepare_device  # noqa: E402
+from suite.trackers.contention import ContentionMeter  # noqa: E402
+from suite.trackers.setup import SetupClock  # noqa: E402
 
 EmitFn = Callable[..., None]
 
@@ -69,15 +75,27 @@ class Rank:
 
 
 def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | None = None,
-            rank: Rank | None = None, config_filename: str = "config.json") -> RunResult:
+            rank: Rank | None = None, config_filename: str = "config.json", setup: SetupClock | None = None,
+            started_at: float | None = None) -> RunResult:
     """Run ``config`` here and return its result; never raises for a failure of the run itself.
 
     With ``mllog_path``, an MLPerf-format log of the run is written there (see :mod:`suite.records.mlperf_log`).
     Under torchrun (``rank.world_size > 1``) every rank trains on its share of each global batch with the
     device's distributed backend, and the result aggregates the ranks: global throughput over the
     slowest rank's wall time, device peak memory as the maximum per rank, data-wait as the mean.
+
+    Set-up phases are timed into ``setup`` (the caller may have timed the process start and imports into it) and
+    recorded as ``setup_<phase>_s`` (:mod:`suite.trackers.setup`), failed runs included; ``started_at`` (wall
+    clock) is when the configuration was handed to this process, the start of its first-step latency.
     """
     rank = rank or Rank()
+    setup = setup or SetupClock()
+    started_at = started_at or time.time()
+
+    def first_step_done(timing: Any) -> None:
+        setup.add("loader_start", timing.data_wait_s)
+        setup.add("first_step", time.time() - started_at)
+
     if config.batch_size is None:
         raise ValueError("execute() needs a resolved batch_size (see suite.run.matrix.resolve)")
     result = RunResult(config=config.to_dict(), status=FAILED, started_at=time.time())
@@ -93,22 +111,27 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         if rank.world_size % config.nproc_per_node:
             raise SuiteError(f"nproc_per_node is {config.nproc_per_node} but {rank.world_size} process(es) run, "
                              "not a whole number of nodes")
-        adapter = load_device(config.device)(local_rank=rank.local_rank)
         emit_event(phase="device setup")
-        adapter.setup()
-        if rank.world_size > 1:
-            import torch.distributed as dist
+        with setup.phase("device"):
+            adapter = load_device(config.device)(local_rank=rank.local_rank)
+            adapter.setup()
+            if rank.world_size > 1:
+                import torch.distributed as dist
 
-            dist.init_process_group(backend=adapter.distributed_backend)
-            facts["world_size"] = rank.world_size
-            facts["nodes"] = rank.world_size // config.nproc_per_node
-            facts["distributed_backend"] = adapter.distributed_backend
-        facts["global_batch_size"] = config.batch_size * rank.world_size
-        facts["device"] = adapter.device_info()
-        prepare_device(config, adapter)
+                dist.init_process_group(backend=adapter.distributed_backend)
+                facts["world_size"] = rank.world_size
+                facts["nodes"] = rank.world_size // config.nproc_per_node
+                facts["distributed_backend"] = adapter.distributed_backend
+            facts["global_batch_size"] = config.batch_size * rank.world_size
+            facts["device"] = adapter.device_info()
+            prepare_device(config, adapter)
         workload = load_workload(config.workload)(config, adapter)
         emit_event(phase="workload setup")
-        workload.setup()
+        try:
+            workload.setup()
+        finally:
+            for phase, seconds in workload.setup_clock.seconds.items():
+                setup.add(phase, seconds)
         facts["workload"] = workload.facts()
         facts["precision_used"] = config.precision
         facts["run_params"] = adapter.run_params()
@@ -121,9 +144,9 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         quality = QualityTracker(config, workload, mlperf, emit_event, rank.rank, rank.world_size, time.monotonic(),
                                  config.batch_size * rank.world_size)
         if config.engine == "hf-trainer":
-            _train_with_trainer(config, adapter, workload, result, emit_event, mlperf, rank, quality)
+            _train_with_trainer(config, adapter, workload, result, emit_event, mlperf, rank, quality, first_step_done)
         else:
-            _train(config, adapter, workload, result, emit_event, mlperf, rank, quality)
+            _train(config, adapter, workload, result, emit_event, mlperf, rank, quality, first_step_done)
         result.metrics.update(workload.metrics())
         _record_observed_loader(result, workload)
         mlperf.end(constants.RUN_STOP, metadata={"status": "success"})
@@ -139,6 +162,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         mlperf.abort()
         raise
     finally:
+        result.metrics.update(setup.metrics())
         mlperf.close()
         if mlperf.write_error:
             facts.setdefault("recording_errors", []).append(mlperf.write_error)
@@ -209,7 +233,8 @@ def _log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any, ra
 
 
 def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn,
-           mlperf: MlperfLog | None = None, rank: Rank | None = None, quality: QualityTracker | None = None) -> None:
+           mlperf: MlperfLog | None = None, rank: Rank | None = None, quality: QualityTracker | None = None,
+           first_step_done: Callable[[Any], None] | None = None) -> None:
     """Warm-up then measured steps (up to ``config.most_steps``); evaluations between steps, off the clock."""
     rank = rank or Rank()
     mlperf = mlperf or MlperfLog(None)
@@ -234,6 +259,8 @@ def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, em
         else:
             steps.step()
         done = step + 1
+        if step == 0 and first_step_done is not None:
+            first_step_done(steps.timings[0])
         emit_event(step=done, total=total, loss=result.losses[-1])
         if _evaluate_between_steps(quality, steps, done):
             break
@@ -247,10 +274,12 @@ def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, em
     _record_flops(result, flops_per_step, rank)
     mlperf.event("throughput", result.metrics["throughput_samples_per_s"], metadata={"unit": "samples/s"})
     quality.finish(result, done)
+    emit_event(phase="finishing", compute_done=True)  # the runner may start the next configuration's process now
 
 
 def _train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn,
-                        mlperf: MlperfLog, rank: Rank, quality: QualityTracker) -> None:
+                        mlperf: MlperfLog, rank: Rank, quality: QualityTracker,
+                        first_step_done: Callable[[Any], None] | None = None) -> None:
     """Engine hf-trainer: the workload's trainer drives the steps; the suite's clock and accounting time them."""
     if rank.world_size > 1:
         raise SuiteError("engine hf-trainer runs on one device per configuration (use engine suite to scale out)")
@@ -276,6 +305,8 @@ def _train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: 
             """After each optimizer step; True asks the trainer to stop (the quality target is met)."""
             steps.step_end(loss)
             done = len(steps.timings)
+            if done == 1 and first_step_done is not None:
+                first_step_done(steps.timings[0])
             emit_event(step=done, total=total, loss=result.losses[-1])
             return _evaluate_between_steps(quality, steps, done)
 
@@ -294,6 +325,7 @@ def _train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: 
     result.facts["mfu"] = "not measured with engine hf-trainer"
     mlperf.event("throughput", result.metrics["throughput_samples_per_s"], metadata={"unit": "samples/s"})
     quality.finish(result, done)
+    emit_event(phase="finishing", compute_done=True)
 
 
 class _MeasuredBlock:
@@ -398,15 +430,73 @@ class RunLog:
                 self.line(f"step {step}/{total}: loss {event['loss']:.6g}")
 
 
+def preload(workload: str, device: str) -> None:
+    """Import the modules a configuration of ``workload`` on ``device`` needs (see ``Workload.preload``). An error
+    is left for the run itself to meet and record, with its reason."""
+    try:
+        load_device(device)
+        load_workload(workload).preload()
+    except Exception:  # noqa: BLE001 - the run's set-up raises it again, where it is recorded
+        pass
+
+
+def _wait_for_turn() -> Path | None:
+    """Standby: block until the runner writes the run folder on stdin; ``None`` when it closes stdin instead."""
+    line = sys.stdin.readline()
+    return Path(line.strip()) if line.strip() else None
+
+
+def _stderr_into(path: Path) -> None:
+    """Standby: from now on stderr is the run's log; what was written before (import warnings) goes first."""
+    sys.stderr.flush()
+    early = b""
+    try:
+        if stat.S_ISREG(os.fstat(2).st_mode):
+            os.lseek(2, 0, os.SEEK_SET)
+            while chunk := os.read(2, 1 << 16):
+                early += chunk
+    except OSError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        if early:
+            os.write(fd, early)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m suite.run.process", description=__doc__)
-    parser.add_argument("--run-folder", required=True, type=Path,
+    parser.add_argument("--run-folder", type=Path,
                         help="the run's folder (runs/<name>) holding config.json and, from the runner, run.json")
+    parser.add_argument("--standby", metavar="WORKLOAD,DEVICE",
+                        help="started ahead of its turn: import what WORKLOAD on DEVICE needs, then wait for the run "
+                             "folder on stdin (exit quietly at end of input)")
     args = parser.parse_args(argv)
-    files = RunFiles(args.run_folder.resolve().parent.parent, args.run_folder.resolve().name)
+    if (args.run_folder is None) == (args.standby is None):
+        parser.error("give exactly one of --run-folder and --standby")
+    clock = SetupClock()
+    launched_at = float(os.environ.get(LAUNCHED_AT_ENV) or STARTED_AT)
+    clock.add("process_start", STARTED_AT - launched_at)
+    run_folder = args.run_folder
+    if args.standby:
+        workload_name, _, device_name = args.standby.partition(",")
+        preload(workload_name, device_name)
+        clock.add("imports", time.time() - STARTED_AT)
+        run_folder = _wait_for_turn()
+        if run_folder is None:
+            return 0  # not needed after all (the matrix ended or changed course), or the runner is gone
+        started_at = time.time()
+        _stderr_into(RunFiles(run_folder.resolve().parent.parent, run_folder.resolve().name).log)
+    files = RunFiles(run_folder.resolve().parent.parent, run_folder.resolve().name)
     with open(files.config) as fh:
         config = RunConfig.from_dict(json.load(fh))
     info = json.loads(files.run_info.read_text()) if files.run_info.is_file() else {}
+    if not args.standby:
+        preload(config.workload, config.device)
+        clock.add("imports", time.time() - STARTED_AT)
+        started_at = launched_at
     rank = Rank.from_environment()
     leader = rank.rank == 0  # only rank 0 reports progress and writes the result and the MLPerf log
     log = RunLog()
@@ -417,8 +507,11 @@ def main(argv: list[str] | None = None) -> int:
         if leader:
             emit(**event)
 
+    if args.standby:
+        log.line(f"started ahead of its turn: imports took {clock.seconds['imports']:.1f} s before the hand-over")
     result = execute(config, emit_event=report, mllog_path=str(files.mllog) if leader else None, rank=rank,
-                     config_filename=f"{files.relative_folder}/config.json")
+                     config_filename=f"{files.relative_folder}/config.json", setup=clock, started_at=started_at)
+    result.facts["started_ahead"] = bool(args.standby)
     result.run_uid, result.repeat = info.get("run_uid"), int(info.get("repeat", 0))
     log.line(f"{result.status}" + (f": {result.reason}" if result.reason else "")
              + (f"; {result.metrics['throughput_samples_per_s']:.2f} samples/s"
@@ -440,4 +533,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    # The result files are written (fsync'ed) and the loader workers stopped: skip the interpreter's finalization of
+    # torch and transformers (over a second here), which would only delay the next configuration.
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)

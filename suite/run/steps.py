@@ -85,6 +85,8 @@ class TrainingSteps:
         stats = StepStats.from_timings(measured, self.config.batch_size) if measured else None
         if stats is not None:
             result.metrics.update(stats.as_dict())
+            warmup = self.timings[:self.config.warmup_steps]
+            result.metrics["warmup_wall_s"] = sum(t.step_time_s for t in warmup)  # the warm-up steps' own time
             result.facts["step_times_s"] = list(stats.step_times_s)  # every measured step, for later analysis
         memory = self.adapter.peak_memory()
         if memory is not None:

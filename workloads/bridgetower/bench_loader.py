@@ -30,6 +30,7 @@ from suite.errors import ConfigError
 from workloads.bridgetower.data.pipelines import (
     PIPELINES,
     ImagePipeline,
+    decode_rgb_hwc,
     jpeg_decoder_name,
     psnr_db,
 )
@@ -127,6 +128,20 @@ def _rate_in_worker(pipeline: ImagePipeline, images: list[bytes]) -> float:
     return _single_thread(run)
 
 
+class _DecodeOnly:
+    """The JPEG decode of the closed pipeline alone (libjpeg-turbo into an RGB array, nothing after), in the closed
+    pipeline's worker set-up: the floor its per-image time is compared with (``closed_per_image_vs_decode``)."""
+
+    def __init__(self, closed: ImagePipeline) -> None:
+        self.closed = closed
+
+    def worker_init(self) -> None:
+        self.closed.worker_init()
+
+    def worker_stage(self, data: bytes) -> Any:
+        return decode_rgb_hwc(data)
+
+
 def _end_to_end_epoch(loader: DataLoader, pipeline: ImagePipeline) -> tuple[int, float]:
     """One pass over the images through the workers and the device stage: (batches, seconds)."""
     batches = 0
@@ -168,6 +183,7 @@ def run_loader_benchmark(options: LoaderBenchOptions, progress: Callable[[str], 
         for name, stage in ((name, _WorkerStage(images, p)) for name, p in pipelines.items())
     }
     per_worker: dict[str, list[float]] = {name: [] for name in pipelines}
+    decode_only: list[float] = []
     end_to_end: dict[str, list[float]] = {name: [] for name in pipelines}
     batches_per_epoch = len(images) // options.batch_size
     try:
@@ -180,6 +196,9 @@ def run_loader_benchmark(options: LoaderBenchOptions, progress: Callable[[str], 
                 per_worker[name].append(_per_worker_rate(pipeline, images[: min(len(images), 96)]))
                 batches, seconds = _end_to_end_epoch(loaders[name], pipeline)
                 end_to_end[name].append(batches / seconds)
+            progress(f"round {round_index + 1}/{options.rounds}: JPEG decode alone")
+            decode_only.append(_per_worker_rate(_DecodeOnly(pipelines["closed"]),  # type: ignore[arg-type]
+                                                images[: min(len(images), 96)]))
     finally:
         for loader in loaders.values():
             iterator = getattr(loader, "_iterator", None)
@@ -205,6 +224,12 @@ def run_loader_benchmark(options: LoaderBenchOptions, progress: Callable[[str], 
         open_vs_reference_per_worker=(table["open"]["images_per_s_per_worker"]
                                       / table["reference"]["images_per_s_per_worker"]),
         open_psnr_db=result["fidelity"]["open_psnr_db"],
+        # per image on one worker thread: the closed pipeline's time over the JPEG decode's alone (1.0 = decoding
+        # is all it does; the rest is resize, crop and normalization)
+        closed_per_image_vs_decode=statistics.median(decode_only) / table["closed"]["images_per_s_per_worker"],
+        decode_only_images_per_s_per_worker=statistics.median(decode_only),
+        closed_per_image_s=1.0 / table["closed"]["images_per_s_per_worker"],
+        decode_per_image_s=1.0 / statistics.median(decode_only),
         pipelines=table,
         settings={
             "images": len(images), "image_size": options.image_size, "batch_size": options.batch_size,

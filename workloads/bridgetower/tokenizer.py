@@ -101,3 +101,48 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
         definition.pop("padding", None)
         text = json.dumps(definition, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+#: Bump when the cached tensors' meaning changes (padding mode, dtype...).
+TOKENS_CACHE_VERSION = 1
+
+
+def tokenize_captions(tokenizer: Any, captions: list[str], max_length: int, tokenizer_sha256: str | None = None
+                      ) -> tuple[dict[str, Any], bool]:
+    """``input_ids`` and ``attention_mask`` of ``captions`` as the reference makes them (``max_length`` padding,
+    truncation); (tensors, whether they came from the cache). Cached under ``$SUITE_CACHE_DIR/bridgetower/tokens/``
+    by (tokenizer fingerprint, sha256 of the captions in order, max length): the captions are exactly what is
+    tokenized, so a changed image does not re-tokenize and any changed caption does."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    from workloads.bridgetower.data.synthetic import cache_root
+
+    captions_sha = hashlib.sha256(json.dumps(captions).encode()).hexdigest()
+    key = json.dumps({"version": TOKENS_CACHE_VERSION, "tokenizer": tokenizer_sha256 or tokenizer_fingerprint(tokenizer),
+                      "captions": captions_sha, "count": len(captions), "max_length": max_length})
+    path = cache_root() / "bridgetower" / "tokens" / f"{hashlib.sha256(key.encode()).hexdigest()}.pt"
+    try:
+        cached = torch.load(path, weights_only=True)
+        if (isinstance(cached, dict) and cached.get("key") == key
+                and tuple(cached["input_ids"].shape) == (len(captions), max_length)):
+            return {"input_ids": cached["input_ids"], "attention_mask": cached["attention_mask"]}, True
+    except Exception:  # noqa: BLE001 - absent, partial or foreign: tokenize again
+        pass
+    encoded = tokenizer(captions, max_length=max_length, padding="max_length", truncation=True, return_tensors="pt")
+    tensors = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                torch.save({"key": key, **tensors}, fh)
+            os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    except OSError:
+        pass  # a cache that cannot be written is only a slower next run
+    return tensors, False

@@ -25,7 +25,8 @@ from workloads.bridgetower.data.sources import ImageCaptionSource
 from workloads.bridgetower.evaluation import embed_pairs, retrieval_recall
 from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD, preprocess_image
 from workloads.bridgetower.presets import PRESETS, PUBLISHED_RECIPE, BridgeTowerPreset
-from workloads.bridgetower.tokenizer import resolve_tokenizer, stand_in_name, tokenizer_fingerprint
+from workloads.bridgetower.tokenizer import (resolve_tokenizer, stand_in_name, tokenize_captions,
+                                             tokenizer_fingerprint)
 
 
 def decode_on_device(device: Any, encoded: list[bytes], names: list[str] | None, image_size: int,
@@ -166,47 +167,61 @@ class BridgeTowerWorkload(Workload):
         self._decoder: str | None = None  # the on-device decoder that ran (loaders device, dali)
         self._skipped = 0
 
+    @classmethod
+    def preload(cls) -> None:
+        import transformers  # noqa: F401 - the model's code, the tokenizer's and the trainer's are what take long
+        from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning  # noqa: F401
+        from transformers import PreTrainedTokenizerFast  # noqa: F401
+
     def setup(self) -> None:
-        preset, config = self.preset, self.config
-        everything: ImageCaptionSource = self._open(config)
+        preset, config, clock = self.preset, self.config, self.setup_clock
+        with clock.phase("dataset"):
+            everything: ImageCaptionSource = self._open(config)
+        with clock.phase("fingerprint"):
+            dataset_fingerprint = everything.fingerprint()
         self._skipped = everything.describe().get("skipped_samples", 0)
         source, held_out, split = held_out_split(everything, config.batch_size * _world_size())
-        tokenizer, tokenizer_source = resolve_tokenizer(preset.tokenizer, preset.vocab_size, config.weights,
-                                                        config.tokenizer)
+        with clock.phase("tokenization"):
+            tokenizer, tokenizer_source = resolve_tokenizer(preset.tokenizer, preset.vocab_size, config.weights,
+                                                            config.tokenizer)
+            tokenizer_sha = tokenizer_fingerprint(tokenizer)
+            encoded, cached = tokenize_captions(tokenizer, source.captions(), preset.max_seq_length, tokenizer_sha)
+            encoded_held_out, _ = tokenize_captions(tokenizer, held_out.captions(), preset.max_seq_length,
+                                                    tokenizer_sha)
+        self._facts["tokenized_captions"] = "from the cache" if cached else "tokenized (then cached)"
+        file_cache = getattr(everything, "fingerprint_cache", None) or getattr(
+            getattr(everything, "source", None), "fingerprint_cache", None)
+        if file_cache:
+            self._facts["fingerprint_file_digests"] = dict(file_cache)
 
-        def tokenize(captions: list[str]) -> Any:
-            return tokenizer(captions, max_length=preset.max_seq_length, padding="max_length", truncation=True,
-                             return_tensors="pt")
-
-        encoded, encoded_held_out = tokenize(source.captions()), tokenize(held_out.captions())
-
-        self.device.prepare_framework()
-        model = build_model(preset, config.weights)
-        vocab_size = model.config.text_config.vocab_size
-        if len(tokenizer) > vocab_size:
-            raise SuiteError(f"tokenizer has {len(tokenizer)} tokens but the model's vocabulary has {vocab_size}")
-        model.bridgetower.text_model.pooler = None  # frozen in the reference (unused by the loss)
-        self._facts.update(
-            parameters=sum(p.numel() for p in model.parameters()),
-            trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
-            initial_weights_sha256=weights_fingerprint(model),
-            weights=config.weights or "random-init",
-        )
-        model.train()
-        self.model = self.device.place_model(model)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            device = self.device.torch_device
-            self.model = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[device.index] if device.type == "cuda" else None)
-        self.params = params
-        self.ops = self.device.training_ops()
-        self.optimizer, optimizer_description = self.ops.make_optimizer(
-            params, lr=preset.learning_rate, eps=preset.adam_epsilon, weight_decay=preset.weight_decay)
-        total_steps = config.total_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: max(0.0, (total_steps - step) / total_steps)  # linear, no warm-up
-        )
+        with clock.phase("model"):
+            self.device.prepare_framework()
+            model = build_model(preset, config.weights)
+            vocab_size = model.config.text_config.vocab_size
+            if len(tokenizer) > vocab_size:
+                raise SuiteError(f"tokenizer has {len(tokenizer)} tokens but the model's vocabulary has {vocab_size}")
+            model.bridgetower.text_model.pooler = None  # frozen in the reference (unused by the loss)
+            self._facts.update(
+                parameters=sum(p.numel() for p in model.parameters()),
+                trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
+                initial_weights_sha256=weights_fingerprint(model),
+                weights=config.weights or "random-init",
+            )
+            model.train()
+            self.model = self.device.place_model(model)
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                device = self.device.torch_device
+                self.model = torch.nn.parallel.DistributedDataParallel(
+                    self.model, device_ids=[device.index] if device.type == "cuda" else None)
+            self.params = params
+            self.ops = self.device.training_ops()
+            self.optimizer, optimizer_description = self.ops.make_optimizer(
+                params, lr=preset.learning_rate, eps=preset.adam_epsilon, weight_decay=preset.weight_decay)
+            total_steps = config.total_steps
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer, lambda step: max(0.0, (total_steps - step) / total_steps)  # linear, no warm-up
+            )
         self.image_size = int(model.config.vision_config.image_size)  # `model`: unwrapped by DDP
         bounds = image_bounds(config)
         dataset = CaptionedImages(source, encoded["input_ids"], encoded["attention_mask"], config.loader,
@@ -221,14 +236,14 @@ class BridgeTowerWorkload(Workload):
                                    loader_timeout_s=config.effective_loader_timeout_s())
         self._facts.update(
             dataset=everything.describe(),
-            dataset_fingerprint=everything.fingerprint(),
+            dataset_fingerprint=dataset_fingerprint,
             eval_split=split,
             train_samples=len(source),
             eval_samples=len(held_out),
             quality_metric="eval_accuracy: mean of text-to-image and image-to-text retrieval recall@1 over the "
                            "held-out pairs (ties count against the model)",
             tokenizer=tokenizer_source,
-            tokenizer_sha256=tokenizer_fingerprint(tokenizer),
+            tokenizer_sha256=tokenizer_sha,
             max_seq_length=preset.max_seq_length,
             image_size=self.image_size,
             image_preprocessing="resize-shorter-bicubic-antialias+center-crop+clip-normalize (torch ops)",

@@ -147,6 +147,8 @@ class ImageFolderSource(ImageCaptionSource):
             raise DatasetError(f"no metadata.jsonl in {self.root} or {self.root / 'train'} (imagefolder layout)")
         self.metadata_path = metadata
         self._entries = self._read(metadata, strict_files)
+        self._fingerprint: dict[str, Any] | None = None
+        self.fingerprint_cache: dict[str, int] = {}  # file digests reused / computed by the last fingerprint
 
     def _entry_path(self, where: str, file_name: Any) -> Path:
         if not isinstance(file_name, str) or not file_name.strip() or "\0" in file_name:
@@ -237,17 +239,38 @@ class ImageFolderSource(ImageCaptionSource):
                 "allow_outside_links": self.allow_outside_links, "warnings": list(self.warnings), **self.facts}
 
     def fingerprint(self) -> dict[str, Any]:
-        """sha256 over every sample's (file name, sha256 of the file, caption), in index order."""
+        """sha256 over every sample's (file name, sha256 of the file, caption), in index order. Computed once per
+        source; a file's digest is reused across processes while its size, mtime, ctime and inode are unchanged
+        (:mod:`.file_hashes`), and only for a file that would be read now (a regular file within the size bound,
+        inside the folder unless links out are allowed): any other is read, and is "unreadable" as before."""
+        if self._fingerprint is not None:
+            return dict(self._fingerprint)
+        from workloads.bridgetower.data.file_hashes import FileHashes
+
+        hashes = FileHashes(self.root)
         digest = hashlib.sha256()
         for index, entry in enumerate(self._entries):
             try:
-                file_hash = hashlib.sha256(self.read_bytes(index)).hexdigest()
-            except DatasetError:
+                info = os.stat(entry.path)
+                if self._readable_as_is(entry.path, info):
+                    file_hash = hashes.sha256(entry.path, info, lambda index=index: self.read_bytes(index))
+                else:
+                    file_hash = hashlib.sha256(self.read_bytes(index)).hexdigest()
+            except (DatasetError, OSError):
                 file_hash = "unreadable"  # fails the run when loaded, or is skipped with --skip-bad-samples
             name = entry.path.relative_to(self.metadata_path.parent).as_posix()
             digest.update(f"{name}\t{file_hash}\t{entry.caption}\n".encode())
-        return {"method": "sha256(file_name, sha256(file), caption per sample)", "sha256": digest.hexdigest(),
-                "num_samples": len(self)}
+        hashes.save()
+        self.fingerprint_cache = {"hits": hashes.hits, "misses": hashes.misses}
+        self._fingerprint = {"method": "sha256(file_name, sha256(file), caption per sample)",
+                             "sha256": digest.hexdigest(), "num_samples": len(self)}
+        return dict(self._fingerprint)
+
+    def _readable_as_is(self, path: Path, info: os.stat_result) -> bool:
+        """Whether :meth:`read_bytes` would read ``path`` (stat ``info``) without refusing it."""
+        if not stat.S_ISREG(info.st_mode) or info.st_size > self.max_bytes:
+            return False
+        return self.allow_outside_links or Path(os.path.realpath(path)).is_relative_to(self.root)
 
 
 class HubSource(ImageCaptionSource):
