@@ -17,3 +17,23 @@ def test_bridgetower_tiny_cpu(suite_benchmark, workers):
                              precision="fp32")
     assert result.status == "FINISHED"
     assert result.metrics["throughput_samples_per_s"] > 0
+
+
+def test_default_matrix_set_up_and_wall_time(benchmark, tmp_path):
+    """The default matrix through `suite run` once: its wall time, the share inside warm-up + measured windows
+    (goal >= 0.6, recorded; 0.43 on the 2-core CI machine) and each configuration's first-step latency (goal <= 3 s
+    after the first configuration, asserted)."""
+    import json
+
+    from suite.cli import main
+
+    def run() -> int:
+        return main(["run", "--no-progress", "--no-report", "--output", str(tmp_path / "out"),
+                     "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"])
+
+    assert benchmark.pedantic(run, rounds=1, iterations=1) == 0
+    timing = json.loads((tmp_path / "out" / "matrix.json").read_text())["timing"]
+    runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    firsts = [r["metrics"]["setup_first_step_s"] for r in runs]
+    benchmark.extra_info.update(timing, in_window_goal=0.6, first_step_s=firsts, first_step_goal_s=3.0)
+    assert max(firsts[1:]) <= 3.0, firsts

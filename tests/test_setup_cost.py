@@ -192,3 +192,18 @@ def test_no_process_is_left_behind_when_the_matrix_is_refused(tmp_path, capsys):
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()
             and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, [p.cmdline() for p in left]
+
+
+def test_the_progress_line_names_the_first_step_latency_and_its_largest_phases():
+    from suite.cli.display import setup_text, timing_line
+    from suite.records.results import RunResult
+
+    metrics = {"setup_imports_s": 6.0, "setup_model_s": 0.4, "setup_tokenization_s": 0.2, "setup_device_s": 0.01,
+               "setup_first_step_s": 0.9}
+    assert setup_text(metrics) == "first step after 0.9 s (model 0.4, tokenization 0.2 s)"
+    assert setup_text({"setup_model_s": 0.4}) == ""  # a run that never reached its first step
+    result = RunResult(config=RunConfig(**TINY).to_dict(), status=FINISHED, metrics=metrics)
+    line = timing_line([result], {"matrix_wall_s": 20.0, "in_window_s": 9.0, "in_window_fraction": 0.45,
+                                  "setup_mlflow_s": 2.5})
+    assert line == ("time: 9.0 s of the matrix's 20.0 s in warm-up + measured windows (45%); first step after 0.9 s "
+                    "(median over configurations); MLflow set-up 2.5 s")
