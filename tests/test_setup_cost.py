@@ -207,3 +207,14 @@ def test_the_progress_line_names_the_first_step_latency_and_its_largest_phases()
                                   "setup_mlflow_s": 2.5})
     assert line == ("time: 9.0 s of the matrix's 20.0 s in warm-up + measured windows (45%); first step after 0.9 s "
                     "(median over configurations); MLflow set-up 2.5 s")
+
+
+def test_a_process_started_ahead_that_dies_at_the_hand_over_is_replaced_by_a_fresh_one(tmp_path, monkeypatch):
+    """It died after the runner checked it (the race fits() cannot close): the hand-over meets a broken pipe."""
+    standby = Standby(RunConfig(**TINY))
+    os.killpg(standby.proc.pid, signal.SIGKILL)
+    standby.proc.wait(timeout=30)
+    monkeypatch.setattr(Standby, "fits", lambda self, config, limit: True)
+    result = launch(RunConfig(**TINY), _store(tmp_path), standby=standby)
+    assert result.status == FINISHED, result.reason
+    assert result.facts["started_ahead"] is False

@@ -211,13 +211,11 @@ def can_start_ahead(config: RunConfig) -> bool:
 class Standby:
     """A configuration process started ahead of its turn (``python -m suite.run.process --standby``): the
     interpreter starts and imports what the configuration's workload and device need, then waits, idle, for its
-    run folder on stdin. The runner starts one when the configuration before has done its measured steps and final
-    evaluation (and one for the first configuration while it sets up the results folder and MLflow), so its imports
-    overlap the previous one's teardown, exit and recording, never a measured step (nor the final evaluation:
-    an importing process on one of the cores slowed the evaluation's OpenMP threads several-fold). It is still a fresh process per configuration:
-    nothing of another configuration is in it, and its memory is its own (sampled from the hand-over; its imports
-    are resident by then and counted). Its stderr waits in a temporary file until the hand-over, when the process
-    moves it into the run's log.
+    run folder on stdin. When the runner starts them is :func:`suite.run.matrix.run_matrix`'s rule (never while a
+    configuration measures or evaluates). It is still a fresh process per configuration: nothing of another
+    configuration is in it, and its memory is its own (sampled from the hand-over; its imports are resident by
+    then and counted). Its stderr waits in a temporary file until the hand-over, when the process moves it into
+    the run's log; a runner that dies closes its stdin, and it exits.
     """
 
     def __init__(self, config: RunConfig, memory_limit_bytes: int | None = None) -> None:
@@ -241,12 +239,16 @@ class Standby:
                 and config.device == self.config.device and memory_limit_bytes == self.memory_limit_bytes
                 and _public(_child_environment(config)) == _public(self._environment) and self.proc.poll() is None)
 
-    def hand_over(self, folder: Path) -> subprocess.Popen:
-        """Give the process its run folder; from now on it is that configuration's process."""
+    def hand_over(self, folder: Path) -> subprocess.Popen | None:
+        """Give the process its run folder; from now on it is that configuration's process. ``None`` if it died
+        just before (then it is cleaned up and the caller starts a fresh one)."""
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(f"{folder}\n")
             self.proc.stdin.close()
+        except OSError:  # broken pipe: gone since fits() looked
+            self.cancel()
+            return None
         finally:
             self._stderr.close()
         return self.proc
@@ -310,9 +312,8 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
     received: dict[str, Any] | None = None
     sink = _LogSink(log)
     try:
-        if standby is not None:
-            proc = standby.hand_over(files.folder.resolve())
-        else:
+        proc = standby.hand_over(files.folder.resolve()) if standby is not None else None
+        if proc is None:
             limit = _address_space_limit(memory_limit_bytes) if memory_limit_bytes else None
             # its own process group: a time limit or an interrupt stops it together with its loader workers
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=limit,

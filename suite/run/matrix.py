@@ -172,7 +172,8 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
     With ``start_ahead``, configuration processes are started ahead of their turn (:class:`~suite.run.launch.
     Standby`), :data:`AHEAD` at a time, so that they import side by side: the first ones while the recorders open,
     the next ones when a configuration has done its measured steps and final evaluation and the one after it has
-    no process yet. Processes started ahead wait idle (no CPU) while another configuration measures. ``started_at``: when the matrix began (default: this process's start), for its timing.
+    no process yet. Processes started ahead wait idle (no CPU) while another configuration measures.
+    ``started_at``: when the matrix began (default: this process's start), for its timing.
     ``started``: the processes of the first runs, already started ahead by the caller (:func:`start_first`); this
     call owns them.
     """

@@ -170,8 +170,6 @@ class _Trackers:
 def run_overhead(config: RunConfig, blocks: int, progress: Callable[[str], None] = lambda _: None
                  ) -> dict[str, Any]:
     """Alternate bare and suite blocks of ``config.steps`` steps, ``blocks`` of each; JSON-ready figures."""
-    import torch
-
     from suite.events import emit
     from suite.records.mlperf_log import MlperfLog
     from suite.run.steps import TrainingSteps, prepare_device

@@ -122,7 +122,8 @@ def tokenize_captions(tokenizer: Any, captions: list[str], max_length: int, toke
     from workloads.bridgetower.data.synthetic import cache_root
 
     captions_sha = hashlib.sha256(json.dumps(captions).encode()).hexdigest()
-    key = json.dumps({"version": TOKENS_CACHE_VERSION, "tokenizer": tokenizer_sha256 or tokenizer_fingerprint(tokenizer),
+    key = json.dumps({"version": TOKENS_CACHE_VERSION,
+                      "tokenizer": tokenizer_sha256 or tokenizer_fingerprint(tokenizer),
                       "captions": captions_sha, "count": len(captions), "max_length": max_length})
     path = cache_root() / "bridgetower" / "tokens" / f"{hashlib.sha256(key.encode()).hexdigest()}.pt"
     try:
