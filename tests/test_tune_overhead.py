@@ -57,7 +57,8 @@ def test_suite_tune_records_the_sweep_the_pick_and_the_plot(tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "recommended: workers=" in out
-    table = out.split("every setting, with its spread", 1)[1]  # each point with its interval and host flag
+    # each point with its interval and host flag (the best/recommended lines after the table name a setting too)
+    table = out.split("every setting, with its spread", 1)[1].split("\nbest: ", 1)[0]
     assert table.count("workers=1, prefetch=") == 2 and "recommended" in table
     assert table.count("quiet") + table.count("BUSY") == 3
     summary = json.loads((tmp_path / "out" / "tune.json").read_text())

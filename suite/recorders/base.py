@@ -35,10 +35,10 @@ class Recorder(ABC):
     def score(self, score: ConfigScore) -> None:
         """All repeats of a configuration ended; ``score`` summarizes them."""
 
-    @abstractmethod
     def matrix_metrics(self, metrics: dict[str, float]) -> None:
         """Figures of the whole matrix (its MLflow set-up, the share of its wall time in measured windows)."""
 
+    @abstractmethod
     def close(self, status: str, reason: str | None = None) -> None:
         """The matrix ended with ``status``."""
 
