@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from suite.trackers.host_ram import HostRamSampler, sample_tree
+from suite.trackers.host_ram import TREE_REFRESH_MAX_S, TREE_REFRESH_S, HostRamSampler, sample_tree
 
 pytestmark = pytest.mark.mechanics
 
@@ -76,3 +76,31 @@ def test_pss_counts_forked_shared_pages_once():
 def test_sampler_rejects_bad_interval():
     with pytest.raises(ValueError):
         HostRamSampler(os.getpid(), interval_s=0)
+
+
+def test_a_steady_tree_is_listed_less_often_and_a_new_worker_is_still_seen():
+    """Listing the tree reads every process of the machine; while the tree stays the same the sampler waits longer
+    between listings (up to TREE_REFRESH_MAX_S), and a process started after that is still counted within it."""
+    code = ("import subprocess, sys\n"
+            "sys.stdin.readline()\n"  # wait for the word, then start a worker-like child
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            "sys.stdin.readline(); child.kill()\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True)
+    try:
+        with HostRamSampler(parent.pid, interval_s=0.02) as sampler:
+            time.sleep(4 * TREE_REFRESH_S + TREE_REFRESH_MAX_S)  # steady: the waits grow to the longest
+            steady_listings = sampler.tree_listings
+            assert sampler.peak().max_processes == 1
+            parent.stdin.write("start\n")
+            parent.stdin.flush()
+            deadline = time.monotonic() + TREE_REFRESH_MAX_S + 5.0
+            while sampler.peak().max_processes < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            seen = sampler.peak().max_processes
+    finally:
+        parent.communicate("stop\n", timeout=30)
+    # listing every TREE_REFRESH_S would have taken ~(4 + TREE_REFRESH_MAX_S / TREE_REFRESH_S) listings; with the
+    # waits doubling it takes about log2(max/min) + 2, plus a PSS sample's own listing now and then
+    every_quarter = 4 + TREE_REFRESH_MAX_S / TREE_REFRESH_S
+    assert steady_listings <= every_quarter / 2, (steady_listings, every_quarter)
+    assert seen == 2

@@ -109,3 +109,32 @@ def test_without_a_driver_there_is_no_hpu_monitor_and_nothing_on_stdout(capfd):
     assert hpu_monitor() is None
     # pyhlml prints "Failed to load libhlml" on stdout; it broke `suite bench-overhead --json` in CI
     assert capfd.readouterr().out == ""  # pyhlml is installed, libhlml.so is not: no monitor, and no crash
+
+
+def test_the_system_metrics_loop_reads_no_run_back_and_writes_every_sample(tmp_path, monkeypatch):
+    """Against the real MLflow (sqlite store): MLflow's own loop reads the run back after every sample (5 ms of CPU
+    each here); ours does not, and every sample still lands, in order, in batches every FLUSH_EVERY_S."""
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    from suite.recorders import system_metrics
+    from suite.recorders.mlflow_gateway import MlflowGateway
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    gateway = MlflowGateway(uri)
+    run_id = gateway.create_run(gateway.experiment_id("system") or "", "system", {}, {})
+    reads = []
+    real_get_run = MlflowClient.get_run
+    monkeypatch.setattr(MlflowClient, "get_run", lambda self, rid: reads.append(rid) or real_get_run(self, rid))
+    monkeypatch.setattr(system_metrics, "FLUSH_EVERY_S", 0.3)
+    monitor = system_metrics.start_system_metrics(run_id, uri, 0.05)
+    time.sleep(1.5)
+    monitor.finish()
+    assert reads == []
+    assert monitor.flushes >= 2  # written while running, not only at the end
+    history = MlflowClient(uri).get_metric_history(run_id, "system/cpu_utilization_percentage")
+    assert [m.step for m in history] == list(range(monitor.samples))
+    assert monitor.samples >= 10
+    stamps = [m.timestamp for m in history]
+    assert stamps == sorted(stamps) and stamps[-1] - stamps[0] >= 1000

@@ -97,7 +97,8 @@ def add_parsers(sub: Any) -> None:
         "tune", help="find the smallest dataloader_num_workers / prefetch factor within a few %% of the best",
         description="Run one configuration over dataloader_num_workers 0..--max-workers and, for workers > 0, "
                     "each --prefetch-factors value (each a recorded run, as `suite run`), recommend the smallest "
-                    "setting not significantly slower than the best (its 95 %% throughput interval reaches the best's, or it is "
+                    "setting not significantly slower than the best (its 95 % throughput interval reaches the "
+                    "best's, or it is "
                     "within --tolerance), and plot throughput and host PSS "
                     "(tune.png, tune.json in the results folder; logged to the MLflow tune run with the pick as "
                     "tags).")
@@ -140,9 +141,11 @@ def add_parsers(sub: Any) -> None:
         "bench-overhead", help="the suite's step time with every tracker on vs a bare hand-written loop",
         description="Train one configuration in one process, alternating blocks of steps of a bare hand-written "
                     "loop and of the suite's own step loop with every tracker on (synchronized step timer, "
-                    "MLPerf log, host RAM sampler in a separate process, MLflow system metrics); the overhead "
-                    "is the median over block pairs of the suite's step time over the bare loop's, minus 1. "
-                    "Also measures the tracker process's CPU share and the host RAM sampler's own cost.")
+                    "MLPerf log, host RAM sampler in a separate process, MLflow system metrics). The overhead "
+                    "is measured by decomposition: the suite's per-step code timed where it runs, over the bare "
+                    "step time, plus the tracker process's CPU share of the machine; mean and 95 % interval over "
+                    "the blocks, with the paired suite-over-bare step time ratio as a cross-check. Also measures "
+                    "the host RAM sampler's own cost.")
     options.add_configuration_options(overhead, matrix=False, steps_default=10)
     overhead.add_argument("--workers", type=options.non_negative_int, default=0,
                           help="dataloader_num_workers (default: 0)")
