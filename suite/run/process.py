@@ -22,7 +22,6 @@ import os  # noqa: E402
 import stat  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
@@ -37,6 +36,7 @@ from suite.records.results import FAILED, FINISHED, RunResult  # noqa: E402
 from suite.records.store import RunFiles  # noqa: E402
 from suite.registry import load_device, load_workload  # noqa: E402
 from suite.run.quality import QualityTracker  # noqa: E402
+from suite.run.ranks import HostGroup, Rank, aggregate_ranks  # noqa: E402
 from suite.run.steps import TrainingSteps, prepare_device  # noqa: E402
 from suite.trackers.contention import ContentionMeter  # noqa: E402
 from suite.trackers.setup import SetupClock  # noqa: E402
@@ -58,20 +58,6 @@ def _one_line(exc: BaseException) -> str:
     if isinstance(exc, MemoryError):
         return f"out of memory (MemoryError{': ' + text if text != repr(exc) else ''})"
     return text if isinstance(exc, SuiteError) else f"{type(exc).__name__}: {text}"
-
-
-@dataclass(frozen=True)
-class Rank:
-    """This process's place in a torchrun launch (rank 0 of 1 without one)."""
-
-    rank: int = 0
-    local_rank: int = 0
-    world_size: int = 1
-
-    @classmethod
-    def from_environment(cls) -> "Rank":
-        env = os.environ
-        return cls(int(env.get("RANK", 0)), int(env.get("LOCAL_RANK", 0)), int(env.get("WORLD_SIZE", 1)))
 
 
 def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | None = None,
@@ -102,7 +88,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
     facts = result.facts
     facts["warmup_steps_excluded"] = config.warmup_steps
     facts["batch_size_used"] = None
-    adapter = workload = None
+    adapter = workload = host = None
     mlperf = MlperfLog(mllog_path)
     try:
         mlperf.event(constants.SUBMISSION_BENCHMARK, config.workload)
@@ -119,6 +105,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
                 import torch.distributed as dist
 
                 dist.init_process_group(backend=adapter.distributed_backend)
+                host = HostGroup.create()  # host figures between ranks: NCCL/HCCL carry device tensors only
                 facts["world_size"] = rank.world_size
                 facts["nodes"] = rank.world_size // config.nproc_per_node
                 facts["distributed_backend"] = adapter.distributed_backend
@@ -141,12 +128,12 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
                                               type(workload).recipe_deviations(config))
         mlperf.end(constants.INIT_STOP)
         mlperf.start(constants.RUN_START)
-        quality = QualityTracker(config, workload, mlperf, emit_event, rank.rank, rank.world_size, time.monotonic(),
+        quality = QualityTracker(config, workload, mlperf, emit_event, rank.rank, host, time.monotonic(),
                                  config.batch_size * rank.world_size)
         if config.engine == "hf-trainer":
             _train_with_trainer(config, adapter, workload, result, emit_event, mlperf, rank, quality, first_step_done)
         else:
-            _train(config, adapter, workload, result, emit_event, mlperf, rank, quality, first_step_done)
+            _train(config, adapter, workload, result, emit_event, mlperf, rank, quality, first_step_done, host)
         result.metrics.update(workload.metrics())
         _record_observed_loader(result, workload)
         mlperf.end(constants.RUN_STOP, metadata={"status": "success"})
@@ -177,7 +164,8 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
 
             if dist.is_initialized():
                 try:  # every rank done with its collectives before any closes its connections: a rank that
-                    dist.barrier()  # destroyed the group under another's last send aborted it (gloo, CI)
+                    if host is not None:  # destroyed the group under another's last send aborted it (gloo, CI)
+                        host.barrier()
                 except Exception:  # noqa: BLE001 - a peer already gone: nothing left to wait for
                     traceback.print_exc(file=sys.stderr)
                 dist.destroy_process_group()
@@ -197,31 +185,6 @@ def _record_observed_loader(result: RunResult, workload: Any) -> None:
             result.facts[f"{key}_used"] = observed[key]
 
 
-def _aggregate_ranks(result: RunResult, rank: Rank) -> None:
-    """Global figures over the ranks: samples of all ranks over the slowest rank's measured wall time."""
-    import torch
-    import torch.distributed as dist
-
-    m = result.metrics
-    values = torch.tensor([m["measured_wall_s"], m["data_wait_fraction"], m.get("device_peak_memory_bytes", -1.0)],
-                          dtype=torch.float64)
-    gathered = [torch.zeros_like(values) for _ in range(rank.world_size)]
-    dist.all_gather(gathered, values)
-    walls, waits, memories = zip(*(g.tolist() for g in gathered), strict=True)
-    m["measured_wall_s"] = max(walls)
-    rank0 = m["throughput_samples_per_s"]
-    m["throughput_samples_per_s"] = m["measured_steps"] * result.facts["global_batch_size"] / max(walls)
-    for bound in ("throughput_ci95_low", "throughput_ci95_high"):  # rank 0's interval, scaled to the global figure
-        if bound in m:
-            m[bound] *= m["throughput_samples_per_s"] / rank0
-    m["data_wait_fraction"] = sum(waits) / len(waits)
-    if min(memories) >= 0:
-        m["device_peak_memory_bytes"] = max(memories)
-    result.facts["aggregation"] = ("throughput: samples of all ranks / slowest rank's measured wall time; "
-                                   "device peak memory: max per rank; data-wait: mean of ranks; "
-                                   "step times and losses: rank 0")
-
-
 def _log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any, rank: Rank) -> None:
     mlperf.event(constants.SEED, config.seed)
     mlperf.event(constants.GLOBAL_BATCH_SIZE, config.batch_size * rank.world_size)
@@ -234,13 +197,13 @@ def _log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any, ra
 
 def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn,
            mlperf: MlperfLog | None = None, rank: Rank | None = None, quality: QualityTracker | None = None,
-           first_step_done: Callable[[Any], None] | None = None) -> None:
+           first_step_done: Callable[[Any], None] | None = None, host: HostGroup | None = None) -> None:
     """Warm-up then measured steps (up to ``config.most_steps``); evaluations between steps, off the clock."""
     rank = rank or Rank()
     mlperf = mlperf or MlperfLog(None)
     global_batch = config.batch_size * rank.world_size
-    quality = quality or QualityTracker(config, workload, mlperf, emit_event, rank.rank, rank.world_size,
-                                        time.monotonic(), global_batch)
+    quality = quality or QualityTracker(config, workload, mlperf, emit_event, rank.rank, host, time.monotonic(),
+                                        global_batch)
     total = config.total_steps
     steps = TrainingSteps(config, adapter, workload, losses=result.losses)
     emit_event(phase="training", total=total)
@@ -269,8 +232,8 @@ def _train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, em
     if stats is None:
         raise SuiteError(f"no measured step: the run stopped after {done} steps, within its {config.warmup_steps} "
                          "warm-up steps")
-    if rank.world_size > 1:
-        _aggregate_ranks(result, rank)
+    if host is not None:
+        aggregate_ranks(result, host)
     _record_flops(result, flops_per_step, rank)
     mlperf.event("throughput", result.metrics["throughput_samples_per_s"], metadata={"unit": "samples/s"})
     quality.finish(result, done)

@@ -7,7 +7,8 @@ own (``eval_time_s``). With ``target_quality``, training stops at the first eval
 reaches it: ``time_to_train_s`` is the wall time from ``run_start`` to the end of that evaluation (MLPerf's
 headline) and ``steps_to_target`` the training steps taken, warm-up included. A run that stops without reaching
 the target is FAILED with the best figure it reached, never a success. Under torch.distributed only rank 0
-evaluates; the decision to stop is broadcast so that every rank stops at the same step.
+evaluates; the decision to stop is broadcast (on the host group, :mod:`suite.run.ranks`) so that every rank stops at
+the same step.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.records.mlperf_log import MlperfLog
 from suite.records.results import RunResult
+from suite.run.ranks import HostGroup
 
 #: Evaluation cadence (measured steps) when a quality target is set and no --eval-every is given.
 DEFAULT_EVAL_EVERY = 25
@@ -32,9 +34,10 @@ class QualityTargetNotReached(SuiteError):
 
 class QualityTracker:
     def __init__(self, config: RunConfig, workload: Any, mlperf: MlperfLog, emit_event: Callable[..., None],
-                 rank: int, world_size: int, run_started: float, global_batch: int) -> None:
+                 rank: int, host: HostGroup | None, run_started: float, global_batch: int) -> None:
+        """``host``: the ranks' host group under torch.distributed (``None`` for one process)."""
         self.config, self.workload, self.mlperf, self.emit_event = config, workload, mlperf, emit_event
-        self.rank, self.world_size, self.run_started, self.global_batch = rank, world_size, run_started, global_batch
+        self.rank, self.host, self.run_started, self.global_batch = rank, host, run_started, global_batch
         self.every = config.eval_every or (DEFAULT_EVAL_EVERY if config.target_quality is not None else None)
         self.evaluations: list[dict[str, Any]] = []
         self.eval_time_s = 0.0
@@ -50,13 +53,8 @@ class QualityTracker:
         stop = False
         if self.rank == 0:
             stop = self._evaluate_here(steps_done)
-        if self.world_size > 1:
-            import torch
-            import torch.distributed as dist
-
-            flag = torch.tensor([1 if stop else 0], dtype=torch.int64)
-            dist.broadcast(flag, src=0)
-            stop = bool(flag.item())
+        if self.host is not None:
+            stop = self.host.broadcast_flag(stop, src=0)
         return stop
 
     def _evaluate_here(self, steps_done: int) -> bool:
