@@ -18,14 +18,14 @@ def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from rich.text import Text
 
     from suite.cli.display import wide_console
+    from suite.devices.probe import probe
     from suite.registry import device_names, load_device
 
     table = Table(title="device adapters")
     for column in ("device", "available", "reason", "detected", "backend", "loaders"):
         table.add_column(column)
-    for name in device_names():
+    for name, avail in probe(device_names()).items():
         cls = load_device(name)
-        avail = cls.availability()
         detected = ", ".join(f"{k}={v}" for k, v in avail.details.items())
         table.add_row(name, "yes" if avail.available else "no", Text(avail.reason or "-"), Text(detected or "-"),
                       cls.distributed_backend, ",".join(cls.supported_loaders))
@@ -34,7 +34,7 @@ def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def cmd_list(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from suite.registry import device_names, load_device, load_workload, workload_names
+    from suite.registry import device_names, load_workload, workload_names
 
     print("workloads:")
     for name in workload_names():
@@ -49,9 +49,10 @@ def cmd_list(args: argparse.Namespace, argv: Sequence[str]) -> int:
             for key in ("purpose", "fetches"):
                 if facts.get(key):
                     print(f"      {key}: {facts[key]}")
+    from suite.devices.probe import probe
+
     print("devices:")
-    for name in device_names():
-        avail = load_device(name).availability()
+    for name, avail in probe(device_names()).items():
         state = "available" if avail.available else f"unavailable: {avail.reason}"
         print(f"  {name}: {state}")
     return 0

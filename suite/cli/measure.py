@@ -222,6 +222,7 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
                                   "reserves far beyond the memory a process uses (the CUDA driver maps about twice "
                                   "the GPU memory): every configuration would fail 'out of memory' falsely; leave "
                                   f"--memory-limit out for device {device}")
+    refuse_unavailable_devices(spec.devices)
     # the first configurations' processes start now: their imports overlap the checks and MLflow's set-up below
     first = start_first(resolved, getattr(args, "repeats", 1), int(memory_limit * 2**30) if memory_limit else None) \
         if getattr(args, "start_ahead", True) else []
@@ -268,6 +269,18 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
         if outcome.rescue_file is None:
             print(json.dumps([r.to_dict() for r in outcome.results]))
     return MatrixRun(outcome, store, tracking_uri, recorder, where)
+
+
+def refuse_unavailable_devices(devices: Sequence[str]) -> None:
+    """Refuse, before anything is created, a matrix naming a device that is not here: one line with the reason
+    ``suite devices`` gives (asked in a short-lived process: this one must not hold the device its configuration
+    processes need)."""
+    from suite.devices.probe import probe
+
+    absent = {name: a.reason for name, a in probe(devices).items() if not a.available}
+    if absent:
+        raise ConfigError("; ".join(f"device {name!r} is not available here: {reason}"
+                                    for name, reason in absent.items()) + " (see suite devices)")
 
 
 def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunConfig], args: argparse.Namespace,
@@ -370,6 +383,7 @@ def _shard_and_matrix_id(spec: MatrixSpec, args: argparse.Namespace) -> list[Run
 
 def dry_run(spec: MatrixSpec, args: argparse.Namespace, configs: Sequence[RunConfig] | None = None) -> int:
     """What ``suite run`` would do, created nothing: the configurations, the folder, the store, the duration."""
+    from suite.devices.probe import probe
     from suite.recorders import default_tracking_uri
     from suite.recorders.mlflow_gateway import sqlite_path
     from suite.run.estimate import estimate, format_duration
@@ -386,10 +400,16 @@ def dry_run(spec: MatrixSpec, args: argparse.Namespace, configs: Sequence[RunCon
     print(f"dry run of {len(configs)} configuration(s){shard} x {repeats} repeat(s) of {spec.workload}/{spec.preset}, "
           f"batch {configs[0].batch_size}, {spec.steps} measured + {spec.warmup_steps} warm-up steps; nothing is "
           "created")
+    availability = probe(sorted({c.device for c in configs}))
     for config in configs:
         seconds, runs = history.per_config[config.config_id], history.history[config.config_id]
         when = f"{format_duration(seconds)} (median of {runs} earlier run(s))" if seconds is not None else "unknown"
-        print(f"  {config.describe():<70} {config.config_id}  {when}")
+        absent = availability[config.device]
+        print(f"  {config.describe():<70} {config.config_id}  {when}"
+              + ("" if absent.available else f"  [device unavailable here: {absent.reason}]"))
+    unavailable = sorted(name for name, a in availability.items() if not a.available)
+    if unavailable:
+        print(f"suite run would refuse this matrix: device(s) {', '.join(unavailable)} not available here")
     database = sqlite_path(tracking_uri)
     print(f"output: {output}" + (" (exists: suite run would refuse it)" if args.output and output.exists() else ""))
     print(f"store: {tracking_uri}" + (" (not there yet: suite run creates it)" if database is not None

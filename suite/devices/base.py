@@ -85,6 +85,9 @@ class DeviceAdapter(ABC):
     #: Whether ``--memory-limit`` (RLIMIT_AS) can apply: False where the device's driver reserves address space
     #: far beyond what the process uses (the CUDA driver maps about twice the GPU memory).
     address_space_limit_ok: ClassVar[bool] = True
+    #: Whether asking :meth:`availability` opens the device (a CUDA context, Habana's bridge): then it is asked in a
+    #: short-lived process (:mod:`suite.devices.probe`), never by a parent whose children need the device.
+    probe_claims_device: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -49,6 +49,7 @@ class CPUAdapter(DeviceAdapter):
     description = "Host CPU (PyTorch CPU backend); the embedded default"
     distributed_backend = "gloo"
     decoders = {"device": "pillow", "dali": "dali"}  # DALI's CPU pipeline
+    probe_claims_device = False  # availability asks torch only: nothing is opened
 
     def __init__(self, local_rank: int = 0) -> None:
         super().__init__(local_rank)

@@ -18,6 +18,23 @@ class AbsentStandInAdapter(CPUAdapter):
         return Availability(False, "stand-in accelerator is not present on this machine")
 
 
+class ProbeRecordingAdapter(CPUAdapter):
+    """A device whose availability question opens it (as CUDA's and Habana's do): it notes the process that asked in
+    the file named by $SUITE_TEST_PROBE_FILE, so a test can tell which process held it."""
+
+    name = "probe-standin"
+    description = "test stand-in for a device that availability() opens"
+    probe_claims_device = True
+
+    @classmethod
+    def availability(cls) -> Availability:
+        import os
+
+        with open(os.environ["SUITE_TEST_PROBE_FILE"], "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        return Availability(False, "stand-in accelerator opened and found busy")
+
+
 import torch  # noqa: E402
 
 from suite.workload import Preset, Workload  # noqa: E402
