@@ -45,6 +45,47 @@ def test_the_extras_installed_match_torchs_cuda_and_exist():
         assert set(check.extras_for(family, cuda)) <= set(extras)
 
 
+# --- installing the extras never replaces the installed torch (issue 25, defect 3): real pip, real index ----------
+
+@pytest.mark.hardware_contract
+def test_the_extras_install_pins_the_installed_torch_and_pip_keeps_it(tmp_path):
+    """pip's own dry run of the cuda extra with the constraint the check writes: torch stays the installed build, and
+    whatever torchvision pip picks is one that accepts it (torchvision 0.29.1 would need torch >= 2.14)."""
+    import torch
+
+    check = _script()
+    assert check.pinned_pip_command("x[cuda]", tmp_path / "c.txt")[3:6] == ["install", "--quiet", "--constraint"]
+    constraints = tmp_path / "torch-pin.txt"
+    constraints.write_text(f"torch=={torch.__version__}\n")
+    argv = check.pinned_pip_command(f"{ROOT}[cuda]", constraints)
+    done = subprocess.run([*argv, "--dry-run", "--report", str(tmp_path / "report.json")], capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode != 0 and not os.environ.get("CI") and "ConnectionError" in done.stderr + done.stdout:
+        pytest.skip("no package index reachable")
+    assert done.returncode == 0, done.stderr[-2000:]
+    picked = {item["metadata"]["name"].lower(): item["metadata"]["version"]
+              for item in json.loads((tmp_path / "report.json").read_text())["install"]}
+    assert "torch" not in picked  # the installed build stays
+    if "torchvision" in picked:
+        major, minor = (int(p) for p in picked["torchvision"].split(".")[:2])
+        torch_minor = int(torch.__version__.split(".")[1])
+        assert (major, minor) == (0, torch_minor + 15)  # torchvision 0.N+15 pairs with torch 2.N
+
+
+@pytest.mark.hardware_contract
+def test_where_no_release_matches_the_installed_torch_nothing_is_installed_and_the_pip_line_is_said(
+        tmp_path, capsys):
+    """A torch no torchvision release accepts (here: a version that does not exist): the check stops before pip
+    installs anything, naming the exact pip line."""
+    check = _script()
+    assert check.pip_install_pinned(f"{ROOT}[cuda]", "2.13.0.post999", tmp_path) is False
+    out = capsys.readouterr().out
+    assert "FAILED: no release of " in out and "matches the installed torch 2.13.0.post999" in out
+    line = out.split("The pip line: ")[1].strip()
+    assert line == " ".join(check.pinned_pip_command(f"{ROOT}[cuda]", tmp_path / "torch-pin.txt"))
+    assert (tmp_path / "torch-pin.txt").read_text() == "torch==2.13.0.post999\n"
+
+
 def _fake_run(statuses):
     """`suite run` as the check calls it, writing what a run of that configuration would record."""
     def run(*args):
@@ -71,25 +112,22 @@ def _fake_run(statuses):
 
 @pytest.fixture
 def offline_check(monkeypatch):
+    """The check with the device probe answering as an H100 host would (one card without bf16, or ``count`` cards)."""
     check = _script()
+    state = {"count": 1, "asked": []}
 
-    class Adapter:
-        supported_loaders = ("cpu", "cpu-fast", "device", "dali")
+    def probe(names, precisions=False):
+        state["asked"].append(precisions)
+        details = {"device_name": "NVIDIA H100 80GB HBM3", "device_count": state["count"]}
+        if precisions:
+            details["supported_precisions"] = ["fp32"]  # a card without bf16: those configurations are refused
+        return {name: Availability(True, "", details) for name in names}
 
-        @classmethod
-        def availability(cls):
-            return Availability(True, "", {"device_name": "NVIDIA H100 80GB HBM3"})
+    import suite.devices.probe
 
-        def setup(self):
-            pass
-
-        def supported_precisions(self):
-            return ("fp32",)  # a card without bf16: those configurations are refused up front
-
-    import suite.registry
-
-    monkeypatch.setattr(suite.registry, "load_device", lambda name: Adapter)
-    monkeypatch.setattr(check, "nvjpeg_rate", lambda: {"nvjpeg_images_per_s": 1.0})
+    monkeypatch.setattr(suite.devices.probe, "probe", probe)
+    monkeypatch.setattr(check, "nvjpeg_rate_elsewhere", lambda: {"nvjpeg_images_per_s": 1.0})
+    check.state = state
     return check
 
 
@@ -104,6 +142,17 @@ def test_every_configuration_finished_passes_and_reports_the_figures(offline_che
     assert report["on_device_decode_vs_best_cpu_loader"]["suite/fp32/nw0"] == {"device_vs_best_cpu_loader": 3.0,
                                                                                "dali_vs_best_cpu_loader": 3.0}
     assert report["mfu_bf16_peak"]["suite/fp32/nw0/device"] == 0.05
+    assert offline_check.state["asked"] == [False, True]  # availability, then precisions: both in the probe
+
+
+def test_a_machine_with_several_devices_runs_one_configuration_over_all_of_them(offline_check, monkeypatch, tmp_path):
+    calls = []
+    run = _fake_run(lambda config: "FINISHED")
+    monkeypatch.setattr(offline_check, "suite", lambda *args: calls.append(args) or run(*args))
+    offline_check.state["count"] = 8
+    assert offline_check.main(["h100", "--no-install", "--output", str(tmp_path)]) == 0
+    nproc = [a[a.index("--nproc-per-node") + 1] for a in calls if a[0] == "run"]
+    assert nproc.count("8") == 1 and nproc.count("1") == 4 * 2 + 1
 
 
 def test_one_failed_configuration_fails_the_check(offline_check, monkeypatch, tmp_path, capsys):
