@@ -239,9 +239,14 @@ def test_cuda_reasons_on_this_machine():
 
 @pytest.fixture
 def standin_habana(monkeypatch):
-    """A stand-in habana_frameworks.torch (bridge 1.21) / optimum.habana / pyhlml tree that records calls."""
-    calls = Calls()
-    state = {"name": "GAUDI2", "lazy": True}
+    """The stand-in bridge (tests/standins/habana_bridge.py), stand-in optimum.habana modules that record calls, and
+    the REAL pyhlml over a stand-in libhlml.so (tests/standins/libhlml.py) with 8 cards, module ids 0-7, card i using
+    (6 + i) GiB."""
+    from standins import habana_bridge
+    from standins import libhlml as libhlml_standin
+
+    calls, state = habana_bridge.Calls(), habana_bridge.default_state()
+    habana_bridge.install(monkeypatch, calls, state)
 
     def module(name, **attrs):
         mod = types.ModuleType(name)
@@ -249,42 +254,15 @@ def standin_habana(monkeypatch):
         monkeypatch.setitem(sys.modules, name, mod)
         return mod
 
-    random = module("habana_frameworks.torch.hpu.random", manual_seed_all=lambda s: calls.record("hpu_seed", s))
-    hpu = module("habana_frameworks.torch.hpu", is_available=lambda: True, device_count=lambda: 8,
-                 get_device_name=lambda: state["name"], synchronize=lambda: calls.record("hpu.synchronize"),
-                 reset_peak_memory_stats=lambda: calls.record("reset_peak_memory_stats"),
-                 max_memory_allocated=lambda: 5 * 2**30, memory_stats=lambda: {"Limit": 94 * 2**30}, random=random)
-    core = module("habana_frameworks.torch.core", mark_step=lambda: calls.record("mark_step"))
-
-    class FusedAdamW(torch.optim.AdamW):
-        def __init__(self, params, **kwargs):
-            calls.record("FusedAdamW", tuple(sorted(kwargs)))
-            super().__init__(params, **kwargs)
-
-    class FusedClipNorm:
-        def __init__(self, params, max_norm):
-            calls.record("FusedClipNorm", max_norm)
-
-        def clip_norm(self, params):
-            calls.record("clip_norm")
-
-    optimizers = module("habana_frameworks.torch.hpex.optimizers", FusedAdamW=FusedAdamW)
-    normalization = module("habana_frameworks.torch.hpex.normalization", FusedClipNorm=FusedClipNorm)
-    hpex = module("habana_frameworks.torch.hpex", optimizers=optimizers, normalization=normalization)
-    internal = module("habana_frameworks.torch.utils.internal", is_lazy=lambda: state["lazy"])
-    utils = module("habana_frameworks.torch.utils", internal=internal)
-    torch_pkg = module("habana_frameworks.torch", hpu=hpu, core=core, hpex=hpex, utils=utils, __version__="1.21.0")
-    module("habana_frameworks", torch=torch_pkg)
-    module("habana_frameworks.torch.distributed")
-    module("habana_frameworks.torch.distributed.hccl")
     module("optimum")
     module("optimum.habana")
     module("optimum.habana.transformers")
     module("optimum.habana.transformers.modeling_utils",
            adapt_transformers_to_gaudi=lambda: calls.record("adapt_transformers_to_gaudi"))
-    module("pyhlml", hlmlInit=lambda: None, hlmlDeviceGetHandleByIndex=lambda i: i,
-           hlmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=6 * 2**30))
-    monkeypatch.delenv("PT_HPU_LAZY_MODE", raising=False)  # the mode is the bridge's answer, not this variable
+    state["libhlml"] = libhlml_standin.install(monkeypatch, libhlml_standin.FakeLibHLML(
+        devices=8, used_bytes=[(6 + i) * 2**30 for i in range(8)]))
+    for name in ("PT_HPU_LAZY_MODE", "HLS_MODULE_ID", "HABANA_VISIBLE_MODULES"):
+        monkeypatch.delenv(name, raising=False)  # the mode is the bridge's answer; the card is found by module id
     monkeypatch.setattr(torch, "device", lambda *a: types.SimpleNamespace(type="hpu", index=None,
                                                                           __str__=lambda self: "hpu"))
     return calls, state
@@ -309,15 +287,52 @@ def test_gaudi2_contract_lazy_mode_sync_seed_memory_and_optimizer(standin_habana
     ops.clip_grad_norm(params, 1.0)
     assert ("FusedClipNorm", 1.0) in calls and ("clip_norm",) in calls
     adapter.reset_peak_memory()
+    monkeypatch.setenv("HABANA_VISIBLE_MODULES", "3,5")  # local rank 0 holds module 3
     memory = adapter.peak_memory()
     assert memory.peak_bytes == 5 * 2**30
-    assert memory.extra == {"allocator_limit": 94 * 2**30, "hlml_device_used_at_end": 6 * 2**30}
+    assert memory.extra == {"allocator_limit": 94 * 2**30, "hlml_device_used_at_end": 9 * 2**30}
     params_recorded = adapter.run_params()
     assert params_recorded["hpu.mode"] == "lazy" and "FusedAdamW" in params_recorded["hpu.optimizer"]
+    assert params_recorded["hpu.PT_HPU_LAZY_MODE"] == "1" and params_recorded["hpu.PT_HPU_LAZY_MODE_found"] == "unset"
     info = adapter.device_info()
     assert info["peak_bf16_flops"] == GAUDI2_PEAK_BF16_FLOPS and info["device_count"] == 8
     assert info["hpu_mode"] == "lazy" and adapter.distributed_backend == "hccl"
     assert adapter.decoder_for("device").name == "habana-media-pipe" and "dali" not in adapter.supported_loaders
+
+
+@pytest.mark.hardware_contract
+@pytest.mark.parametrize("environ, local_rank, module, used_gib", [
+    ({"HABANA_VISIBLE_MODULES": "3,5"}, 1, 5, 11),
+    ({"HABANA_VISIBLE_MODULES": "3,5", "HLS_MODULE_ID": "7"}, 0, 7, 13),  # the runtime's own choice wins
+    ({"HABANA_VISIBLE_MODULES": "2"}, 0, 2, 8),
+])
+def test_gaudi2_reads_hlml_for_the_card_this_process_holds(standin_habana, monkeypatch, environ, local_rank, module,
+                                                           used_gib):
+    """Issue 25, defect 9: HLML's index is not the local rank; the card is found by its module id (real pyhlml, the
+    libhlml stand-in's cards listed in another order than their module ids). The allocator's Limit is not the card's
+    memory: the total is HLML's."""
+    _, state = standin_habana
+    state["libhlml"].module_ids = [6, 7, 2, 5, 4, 3, 1, 0]  # HLML index i holds module module_ids[i]
+    state["libhlml"].used_bytes = [(6 + m) * 2**30 for m in state["libhlml"].module_ids]
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    adapter = Gaudi2Adapter(local_rank=local_rank)
+    adapter.setup()
+    assert adapter.peak_memory().extra["hlml_device_used_at_end"] == used_gib * 2**30
+    info = adapter.device_info()
+    assert info["hlml_module_id"] == module and info["memory_total_bytes"] == 96 * 2**30
+    assert info["allocator_limit_bytes"] == 94 * 2**30
+    assert info["pci_bus_id"] == f"0000:{0x19 + state['libhlml'].module_ids.index(module):02x}:00.0"
+
+
+@pytest.mark.hardware_contract
+def test_gaudi2_without_a_way_to_tell_its_card_reads_no_card(standin_habana):
+    """Eight cards and neither HLS_MODULE_ID nor HABANA_VISIBLE_MODULES: no reading is invented, and why is said."""
+    adapter = Gaudi2Adapter(local_rank=1)
+    adapter.setup()
+    assert "hlml_device_used_at_end" not in adapter.peak_memory().extra
+    info = adapter.device_info()
+    assert "memory_total_bytes" not in info and "which one this process holds" in info["hlml"]
 
 
 def test_gaudi2_mode_is_the_bridges_answer_not_an_unset_variable(standin_habana, monkeypatch):
@@ -330,6 +345,7 @@ def test_gaudi2_mode_is_the_bridges_answer_not_an_unset_variable(standin_habana,
     adapter.step_boundary()
     assert ("mark_step",) not in calls and ("hpu.synchronize",) in calls
     assert adapter.run_params()["hpu.mode"] == "eager" and adapter.device_info()["hpu_mode"] == "eager"
+    assert adapter.run_params()["hpu.PT_HPU_LAZY_MODE"] == "0"  # what optimum-habana reads (issue 25, defect 1)
     monkeypatch.delitem(sys.modules, "habana_frameworks.torch.utils.internal")
     monkeypatch.setitem(sys.modules, "habana_frameworks.torch.utils.internal", None)
     from suite.devices.gaudi2 import hpu_mode

@@ -9,60 +9,15 @@ import pytest
 
 from suite.recorders.system_metrics import HPUMonitor, hpu_monitor
 
-from pyhlml import hlml_lib, hlml_types  # the real package (test extra)
+from standins import libhlml as libhlml_standin
 
 pytestmark = pytest.mark.mechanics
 GiB = 2**30
 
 
-class FakeLibHLML:
-    """libhlml.so, as pyhlml 1.24 calls it: ``fn(device, byref(struct))`` and an HLML_RETURN status."""
-
-    def __init__(self, devices: int = 2, failing: set[str] = frozenset()) -> None:
-        self.devices, self.failing = devices, set(failing)
-        self.calls: list[str] = []
-
-    def _status(self, name: str) -> int:
-        self.calls.append(name)
-        codes = hlml_types.HLML_RETURN
-        return codes.HLML_ERROR_TIMEOUT if name in self.failing else codes.HLML_SUCCESS
-
-    def hlml_init(self):
-        return self._status("hlml_init")
-
-    def hlml_shutdown(self):
-        return self._status("hlml_shutdown")
-
-    def hlml_device_get_count(self, count):
-        count._obj.value = self.devices
-        return self._status("hlml_device_get_count")
-
-    def hlml_device_get_handle_by_index(self, index, device):
-        device._obj.value = 0x1000 + index
-        return self._status("hlml_device_get_handle_by_index")
-
-    def hlml_device_get_memory_info(self, device, memory):
-        memory._obj.total, memory._obj.used = 96 * GiB, 24 * GiB
-        memory._obj.free = memory._obj.total - memory._obj.used
-        return self._status("hlml_device_get_memory_info")
-
-    def hlml_device_get_utilization_rates(self, device, utilization):
-        utilization._obj.aip = 80 if device.value == 0x1000 else 40
-        return self._status("hlml_device_get_utilization_rates")
-
-    def hlml_device_get_power_usage(self, device, power):
-        power._obj.value = 350_000  # mW
-        return self._status("hlml_device_get_power_usage")
-
-
 @pytest.fixture
 def libhlml(monkeypatch):
-    lib = FakeLibHLML()
-
-    def load(self):
-        self.lib = lib
-    monkeypatch.setattr(hlml_lib.LibHLML, "_load_lib", load)
-    return lib
+    return libhlml_standin.install(monkeypatch, libhlml_standin.FakeLibHLML())
 
 
 def test_hpu_monitor_reads_real_pyhlml_in_mlflows_units(libhlml):

@@ -13,8 +13,13 @@ never needs it.
   Habana's fused AdamW (``hpex.optimizers.FusedAdamW``) and fused gradient clipping
   (``hpex.normalization.FusedClipNorm``) behind :meth:`Gaudi2Adapter.training_ops`, torch autocast to bf16 when
   that precision is asked. Which optimizer ran is recorded.
+* optimum-habana's ``GaudiTrainingArguments`` reads ``PT_HPU_LAZY_MODE`` itself, and an unset variable reads as lazy
+  there (it raises for ``use_lazy_mode=False``): once the bridge has said which mode runs, the configuration's process
+  sets ``PT_HPU_LAZY_MODE`` to match (:func:`export_mode`), and the value it found and the value set are recorded.
 * Device memory: the HPU allocator's peak (``hpu.max_memory_allocated``) and, through habana-pyhlml, the driver's
-  view of the card's used memory, under its own name.
+  view of this process's card: the card is found by its module id (``HLS_MODULE_ID``, else this local rank's entry of
+  ``HABANA_VISIBLE_MODULES``, else the only card), never by assuming the local rank is an HLML index. Its total memory
+  is HLML's; the allocator's ``Limit`` is recorded under its own name, not as the card's memory.
 * The ``device`` loader: habana-media-loader's media pipe on the HPU (:mod:`suite.decoders.habana_media`).
 """
 
@@ -23,7 +28,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
-from typing import Any
+import os
+from typing import Any, Mapping
 
 from suite.devices.base import Availability, DeviceAdapter, DeviceMemory, TrainingOps
 from suite.errors import SuiteError
@@ -45,6 +51,27 @@ def hpu_mode() -> str:
     except (ImportError, AttributeError) as exc:
         raise SuiteError(f"cannot ask the Habana bridge which execution mode runs (habana_frameworks.torch.utils."
                          f"internal.is_lazy): {exc}") from exc
+
+
+def export_mode(mode: str) -> dict[str, str]:
+    """Set ``PT_HPU_LAZY_MODE`` to the mode the bridge runs (``1`` lazy, ``0`` eager), for the libraries of this
+    process that read it (optimum-habana); what it was before and what it is now."""
+    before = os.environ.get("PT_HPU_LAZY_MODE")
+    os.environ["PT_HPU_LAZY_MODE"] = "1" if mode == "lazy" else "0"
+    return {"hpu.PT_HPU_LAZY_MODE": os.environ["PT_HPU_LAZY_MODE"],
+            "hpu.PT_HPU_LAZY_MODE_found": "unset" if before is None else before}
+
+
+def module_id_of(local_rank: int, environ: Mapping[str, str] | None = None) -> int | None:
+    """The module id of the card this process holds, as Habana's runtime chooses it: ``HLS_MODULE_ID``, else this
+    local rank's entry of ``HABANA_VISIBLE_MODULES``; ``None`` where neither says."""
+    env = os.environ if environ is None else environ
+    if env.get("HLS_MODULE_ID", "").strip().isdigit():
+        return int(env["HLS_MODULE_ID"])
+    visible = [v.strip() for v in env.get("HABANA_VISIBLE_MODULES", "").split(",") if v.strip()]
+    if local_rank < len(visible) and visible[local_rank].isdigit():
+        return int(visible[local_rank])
+    return None
 
 
 def hlml_init(hlml: Any) -> None:
@@ -88,6 +115,7 @@ class Gaudi2Adapter(DeviceAdapter):
         super().__init__(local_rank)
         self._ops = HabanaFusedOps()
         self._mode: str | None = None
+        self._mode_variable: dict[str, str] = {}
 
     @classmethod
     def availability(cls) -> Availability:
@@ -119,6 +147,7 @@ class Gaudi2Adapter(DeviceAdapter):
             except ImportError:
                 pass
         self._mode = hpu_mode()
+        self._mode_variable = export_mode(self._mode)
         return torch.device("hpu")
 
     @property
@@ -151,7 +180,7 @@ class Gaudi2Adapter(DeviceAdapter):
 
     def run_params(self) -> dict[str, str]:
         return {"hpu.mode": self.mode, "hpu.optimizer": self._ops.optimizer or "not created yet",
-                "hpu.grad_clipping": "hpex.normalization.FusedClipNorm", "hpu.graphs": "off"}
+                "hpu.grad_clipping": "hpex.normalization.FusedClipNorm", "hpu.graphs": "off", **self._mode_variable}
 
     # --- numerics ---------------------------------------------------------------------------
     def _seed_device(self, seed: int) -> None:
@@ -176,23 +205,37 @@ class Gaudi2Adapter(DeviceAdapter):
         stats = hpu.memory_stats()
         if isinstance(stats, dict) and "Limit" in stats:
             extra["allocator_limit"] = int(stats["Limit"])
-        driver = self._driver_used_memory()
-        if driver is not None:
-            extra["hlml_device_used_at_end"] = driver
+        card = self._card()
+        if card.get("used") is not None:
+            extra["hlml_device_used_at_end"] = card["used"]
         return DeviceMemory(peak_bytes=int(hpu.max_memory_allocated()), source="habana hpu.max_memory_allocated",
                             extra=extra)
 
-    def _driver_used_memory(self) -> int | None:
+    def _card(self) -> dict[str, Any]:
+        """HLML's view of this process's card (module id, PCI bus id, used and total bytes), or why there is none."""
         try:
             import pyhlml
         except ImportError:
-            return None
+            return {"hlml": "not read: habana-pyhlml is not installed"}
         try:
             hlml_init(pyhlml)
-            handle = pyhlml.hlmlDeviceGetHandleByIndex(self.local_rank)
-            return int(pyhlml.hlmlDeviceGetMemoryInfo(handle).used)
-        except Exception:  # noqa: BLE001 - no driver view, not a failure
-            return None
+            count = int(pyhlml.hlmlDeviceGetCount())
+            handles = [pyhlml.hlmlDeviceGetHandleByIndex(i) for i in range(count)]
+            wanted = module_id_of(self.local_rank)
+            if wanted is None and count != 1:
+                return {"hlml": f"not read: {count} cards and neither HLS_MODULE_ID nor HABANA_VISIBLE_MODULES says "
+                                "which one this process holds"}
+            handle = handles[0] if wanted is None else next(
+                (h for h in handles if int(pyhlml.hlmlDeviceGetModuleID(h)) == wanted), None)
+            if handle is None:
+                return {"hlml": f"not read: no card with module id {wanted} among HLML's {count}"}
+            memory = pyhlml.hlmlDeviceGetMemoryInfo(handle)
+            bus_id = pyhlml.hlmlDeviceGetPCIInfo(handle).bus_id
+            return {"module_id": int(pyhlml.hlmlDeviceGetModuleID(handle)), "used": int(memory.used),
+                    "total": int(memory.total),
+                    "pci_bus_id": bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)}
+        except Exception as exc:  # noqa: BLE001 - no driver view, not a failure: recorded why
+            return {"hlml": f"not read: {type(exc).__name__}: {' '.join(str(exc).split())}"}
 
     def device_info(self) -> dict[str, Any]:
         hpu = _hpu()
@@ -200,7 +243,13 @@ class Gaudi2Adapter(DeviceAdapter):
                                 "peak_bf16_flops": GAUDI2_PEAK_BF16_FLOPS, "hpu_mode": self.mode}
         stats = hpu.memory_stats()
         if isinstance(stats, dict) and "Limit" in stats:
-            info["memory_total_bytes"] = int(stats["Limit"])
+            info["allocator_limit_bytes"] = int(stats["Limit"])  # what the allocator may use, not the card's memory
+        card = self._card()
+        if "total" in card:
+            info.update(memory_total_bytes=card["total"], hlml_module_id=card["module_id"],
+                        pci_bus_id=card["pci_bus_id"])
+        else:
+            info["hlml"] = card["hlml"]
         try:
             info["habana_frameworks"] = importlib.import_module("habana_frameworks.torch").__version__
         except (ImportError, AttributeError):

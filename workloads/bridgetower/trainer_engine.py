@@ -48,17 +48,12 @@ class _TimedLoader:
         return getattr(self._loader, name)
 
 
-def run_with_trainer(workload: Any, hooks: Any) -> dict[str, float]:
-    """Train ``workload``'s model for ``warmup_steps + steps`` steps with the trainer of its device."""
-    config, preset, device = workload.config, workload.preset, workload.device
-    if config.loader != "cpu":
-        raise SuiteError(f"engine hf-trainer runs the published method's loader only (cpu), not {config.loader!r}")
-    from transformers import TrainerCallback
-
-    total_steps = config.total_steps
-    on_gaudi = device.torch_device.type == "hpu"
+def trainer_arguments(config: Any, preset: Any, device: Any) -> tuple[type, Any, dict[str, Any]]:
+    """The trainer class of ``device``, its training arguments (device set-up done: ``n_gpu`` read) and the extra
+    keyword arguments of the trainer: ``GaudiTrainer`` with ``GaudiTrainingArguments`` on Gaudi2, in the mode the
+    bridge runs (the adapter has set ``PT_HPU_LAZY_MODE`` to match, which optimum-habana reads), else transformers'."""
     common = dict(
-        output_dir=tempfile.mkdtemp(prefix="suite-hf-trainer-"), max_steps=total_steps,
+        output_dir=tempfile.mkdtemp(prefix="suite-hf-trainer-"), max_steps=config.total_steps,
         per_device_train_batch_size=config.batch_size, learning_rate=preset.learning_rate,
         weight_decay=preset.weight_decay, adam_epsilon=preset.adam_epsilon, max_grad_norm=preset.max_grad_norm,
         lr_scheduler_type="linear", warmup_steps=0, seed=config.seed, data_seed=config.seed,
@@ -67,16 +62,7 @@ def run_with_trainer(workload: Any, hooks: Any) -> dict[str, float]:
         bf16=config.precision == "bf16", report_to=[], save_strategy="no", logging_strategy="no",
         disable_tqdm=True,
     )
-
-    class StepEnd(TrainerCallback):
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            hooks.begin()
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if hooks.step_end(trainer.last_loss):  # the quality target is met
-                control.should_training_stop = True
-
-    if on_gaudi:
+    if device.torch_device.type == "hpu":
         trainer_cls, args = _gaudi_trainer(common, config.precision, device)
         extra: dict[str, Any] = {"gaudi_config": args.pop("gaudi_config")}
         from optimum.habana import GaudiTrainingArguments
@@ -87,7 +73,26 @@ def run_with_trainer(workload: Any, hooks: Any) -> dict[str, float]:
 
         trainer_cls, extra = Trainer, {}
         training_args = TrainingArguments(use_cpu=device.torch_device.type == "cpu", optim="adamw_torch", **common)
-    refuse_data_parallel(training_args)
+    refuse_data_parallel(training_args)  # reads n_gpu: the arguments' device set-up runs here, before any step
+    return trainer_cls, training_args, extra
+
+
+def run_with_trainer(workload: Any, hooks: Any) -> dict[str, float]:
+    """Train ``workload``'s model for ``warmup_steps + steps`` steps with the trainer of its device."""
+    config, preset, device = workload.config, workload.preset, workload.device
+    if config.loader != "cpu":
+        raise SuiteError(f"engine hf-trainer runs the published method's loader only (cpu), not {config.loader!r}")
+    from transformers import TrainerCallback
+
+    trainer_cls, training_args, extra = trainer_arguments(config, preset, device)
+
+    class StepEnd(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            hooks.begin()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if hooks.step_end(trainer.last_loss):  # the quality target is met
+                control.should_training_stop = True
 
     class TimedTrainer(trainer_cls):  # type: ignore[misc, valid-type]
         last_loss: Any = None
