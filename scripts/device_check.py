@@ -269,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             "engine": config.get("engine", "suite"), "nproc_per_node": config.get("nproc_per_node", 1),
             "status": run["status"], "reason": run.get("reason"),
             "samples_per_s": (run.get("metrics") or {}).get("throughput_samples_per_s"),
-            "decoder_used": (run.get("facts") or {}).get("decoder_used")})
+            "decoder_used": (run.get("facts") or {}).get("decoder_used"),
+            "device_decode_fallbacks": (run.get("metrics") or {}).get("device_decode_fallbacks")})
     if family == "nvidia":
         try:
             report["nvjpeg"] = nvjpeg_rate_elsewhere()

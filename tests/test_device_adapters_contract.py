@@ -19,6 +19,7 @@ an unavailable device becomes a FAILED run with the reason, never another device
 
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -323,6 +324,7 @@ def test_gaudi2_reads_hlml_for_the_card_this_process_holds(standin_habana, monke
     assert info["hlml_module_id"] == module and info["memory_total_bytes"] == 96 * 2**30
     assert info["allocator_limit_bytes"] == 94 * 2**30
     assert info["pci_bus_id"] == f"0000:{0x19 + state['libhlml'].module_ids.index(module):02x}:00.0"
+    assert info["driver_version"] == "1.24.1-a4f9d3c" and info["firmware_version"].startswith("hl-gaudi2-1.24.1")
 
 
 @pytest.mark.hardware_contract
@@ -472,3 +474,47 @@ def test_the_cpu_matrix_counts_model_flops_without_a_peak(tmp_path):
     [cpu] = runs_of(tmp_path / "out")
     m = cpu["metrics"]
     assert m["model_flops_per_step"] > 0 and m["model_flops_per_s"] > 0 and "mfu_bf16_peak" not in m
+
+
+# --- the accelerator environment that changes results is recorded (issue 25, defect 11) -------------------------
+
+@pytest.mark.hardware_contract
+def test_the_accelerator_environment_holds_the_variables_devices_and_versions_that_change_results():
+    from suite.records.environment import accelerator_environment
+
+    environ = {"PT_HPU_LAZY_MODE": "0", "PT_HPU_MAX_COMPOUND_OP_SIZE": "512", "HABANA_VISIBLE_MODULES": "3,5",
+               "HCCL_COMM_ID": "127.0.0.1:5555", "NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "1",
+               "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "HOME": "/root", "PT_OTHER": "x", "MY_CUDA_THING": "y"}
+    info = {"device_name": "NVIDIA H200", "device_count": 1, "driver_version": "580.95.05", "cuda_runtime": "12.8",
+            "cudnn": 91002, "nccl": "2.27.3", "memory_total_bytes": 1}
+    env = accelerator_environment(info, environ)
+    assert set(env["variables"]) == {"PT_HPU_LAZY_MODE", "PT_HPU_MAX_COMPOUND_OP_SIZE", "HABANA_VISIBLE_MODULES",
+                                     "HCCL_COMM_ID", "NCCL_DEBUG", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG"}
+    assert env["visible_devices"]["CUDA_VISIBLE_DEVICES"] == "1" and env["visible_devices"]["HLS_MODULE_ID"] == "unset"
+    assert env["versions"] == {"driver_version": "580.95.05", "cuda_runtime": "12.8", "cudnn": 91002,
+                               "nccl": "2.27.3"}
+
+
+@pytest.mark.e2e
+@pytest.mark.hardware_contract
+def test_a_run_records_its_accelerator_environment_in_the_manifest_and_one_mlflow_artifact(tmp_path, monkeypatch):
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from conftest import run_file
+
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    monkeypatch.setenv("PT_HPU_MAX_COMPOUND_OP_SIZE", "512")
+    uri = f"sqlite:///{tmp_path}/m.db"
+    assert main(["run", "--workers", "0", "--steps", "2", "--warmup-steps", "1", "--output", str(tmp_path / "out"),
+                 "--tracking-uri", uri, "--no-progress", "--system-metrics-interval", "0"]) == 0
+    [run] = runs_of(tmp_path / "out")
+    manifest = json.loads(run_file(tmp_path / "out", run, "manifest.json").read_text())
+    variables = manifest["accelerator_environment"]["variables"]
+    assert variables["NCCL_DEBUG"] == "INFO" and variables["PT_HPU_MAX_COMPOUND_OP_SIZE"] == "512"
+    client = MlflowClient(uri)
+    child = client.get_run(run["mlflow_run_id"])
+    assert not [key for key in child.data.tags if "NCCL_DEBUG" in key or "accelerator_environment" in key]
+    path = client.download_artifacts(child.info.run_id, "accelerator_environment.json", str(tmp_path / "dl"))
+    assert json.loads(Path(path).read_text())["variables"]["NCCL_DEBUG"] == "INFO"

@@ -14,8 +14,12 @@ queue is bound to the reader class, not passed in ``priv_params``: the library d
 
 The pipe is driven through the library's ``HPUGenericPytorchIterator``, which builds it; ``iter()`` must be called
 once before the first ``next()``: the iterator's ``__iter__`` is what calls ``pipe.iter_init()``, which creates the
-executor ``run()`` needs. The decoder crops before it resizes, so its pixels are close to, not equal to, the
-reference transform; the records name the decoder that ran.
+executor ``run()`` needs. One pipe per batch size is kept (:class:`~suite.decoders.base.PipesBySize`: the evaluation's
+last, shorter batch never makes the training pipe be rebuilt), each closed with the library's ``pipe.del_iter()``
+(which releases the device and the executor) at the end. The decoder crops before it resizes, so its pixels are close
+to, not equal to, the reference transform; the records name the decoder that ran. The HPU decoder takes baseline JPEG:
+other formats, progressive or CMYK JPEGs and EXIF-rotated photos (the reference ignores the rotation; the media pipe's
+handling of it is not documented) are decoded on the host (:mod:`suite.decoders.fallback`).
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from __future__ import annotations
 import queue
 from typing import Any, Sequence
 
-from suite.decoders.base import Decoder
+from suite.decoders.base import Decoder, PipesBySize
 from suite.errors import SuiteError
+from suite.imaging import ImageKind
 
 #: The reader's length in batches: endless (a batch is fed per run).
 ENDLESS = 2**31 - 1
@@ -95,8 +100,23 @@ class HabanaMediaDecoder(Decoder):
     def __init__(self, device: Any) -> None:
         super().__init__(device)
         self._feed: queue.Queue = queue.Queue()
-        self._batches: Any = None
-        self._shape: tuple[int, int] | None = None
+        self._pipes = PipesBySize(lambda built: built[0].del_iter())  # (pipe, its batches)
+
+    @property
+    def builds(self) -> int:
+        return self._pipes.builds
+
+    def refusal(self, kind: ImageKind) -> str | None:
+        if kind.format != "JPEG":
+            return f"the media pipe's decoder takes JPEG only, not {kind.format}"
+        if kind.mode not in ("RGB", "L"):
+            return f"a {kind.mode} JPEG: the media pipe's decoder takes YCbCr and greyscale JPEGs"
+        if kind.progressive:
+            return "a progressive JPEG: the HPU decoder takes baseline JPEG"
+        if kind.orientation != 1:
+            return f"EXIF orientation {kind.orientation}: the reference ignores it; the media pipe's handling is not " \
+                   "documented"
+        return None
 
     def make_pipe(self, batch_size: int, image_size: int, mean: Sequence[float], std: Sequence[float]) -> Any:
         """The media pipe for batches of ``batch_size`` images, reading from this decoder's feed (not built yet)."""
@@ -132,21 +152,21 @@ class HabanaMediaDecoder(Decoder):
 
         return SuiteEncodedBatchPipe()
 
-    def _build(self, batch_size: int, image_size: int, mean: Sequence[float], std: Sequence[float]) -> None:
+    def _build(self, batch_size: int, image_size: int, mean: Sequence[float], std: Sequence[float]) -> Any:
+        """(the pipe, the iterator over its batches), started."""
         from habana_frameworks.mediapipe.plugins.iterator_pytorch import HPUGenericPytorchIterator
 
         pipe = self.make_pipe(batch_size, image_size, mean, std)
         iterator = HPUGenericPytorchIterator(mediapipe=pipe)  # builds the pipe
-        self._batches = iter(iterator)  # __iter__ -> pipe.iter_init(): creates the executor run() needs
-        self._shape = (batch_size, image_size)
+        return pipe, iter(iterator)  # __iter__ -> pipe.iter_init(): creates the executor run() needs
 
     def close(self) -> None:
-        self._batches = None
+        self._pipes.close()
 
     def __call__(self, encoded: Sequence[bytes], image_size: int, mean: Sequence[float],
                  std: Sequence[float]) -> Any:
-        if self._batches is None or self._shape != (len(encoded), image_size):
-            self._build(len(encoded), image_size, mean, std)
+        _, batches = self._pipes.get((len(encoded), image_size),
+                                     lambda: self._build(len(encoded), image_size, mean, std))
         self._feed.put(list(encoded))
-        (images,) = next(self._batches)
+        (images,) = next(batches)
         return images

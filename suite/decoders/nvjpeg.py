@@ -1,5 +1,9 @@
 """nvJPEG on an NVIDIA GPU through ``torchvision.io.decode_jpeg(list, device="cuda")``: a whole batch per call
-(batched GPU decode is what makes nvJPEG pay). torchvision comes with the ``cuda`` extra, imported only here."""
+(batched GPU decode is what makes nvJPEG pay). torchvision comes with the ``cuda`` extra, imported only here.
+
+nvJPEG decodes JPEG only, and torchvision's GPU path does not decode CMYK JPEGs (its own tests mark them expected to
+fail): those images are refused by header and decoded on the host (:mod:`suite.decoders.fallback`). EXIF orientation
+is not applied (``apply_exif_orientation`` defaults to False), as in the reference."""
 
 from __future__ import annotations
 
@@ -7,6 +11,10 @@ from typing import Any, Sequence
 
 from suite.decoders.base import DecodeError, Decoder
 from suite.errors import SuiteError
+from suite.imaging import ImageKind
+
+#: JPEG pixel modes (Pillow's names) that torchvision's GPU decode_jpeg decodes: YCbCr/RGB and greyscale.
+NVJPEG_MODES = ("RGB", "L")
 
 
 class NvJpegDecoder(Decoder):
@@ -14,6 +22,13 @@ class NvJpegDecoder(Decoder):
     loader = "device"
     preprocesses = False
     description = "nvJPEG (torchvision.io.decode_jpeg on the GPU), one call per batch"
+
+    def refusal(self, kind: ImageKind) -> str | None:
+        if kind.format != "JPEG":
+            return f"nvJPEG decodes JPEG only, not {kind.format}"
+        if kind.mode not in NVJPEG_MODES:
+            return f"a {kind.mode} JPEG: torchvision's GPU decode does not decode it"
+        return None
 
     def __call__(self, encoded: Sequence[bytes], image_size: int, mean: Sequence[float],
                  std: Sequence[float]) -> list[Any]:

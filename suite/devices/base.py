@@ -225,6 +225,10 @@ class DeviceAdapter(ABC):
         """Peak device memory since :meth:`reset_peak_memory`, or ``None`` if it cannot be read."""
 
     # --- on-device image decoding -----------------------------------------------------------
+    def decoder_builds(self) -> int:
+        """Pipelines the decoders built so far (a step that builds one is timed with it)."""
+        return sum(decoder.builds for decoder in self._decoders.values())
+
     def decoder_for(self, loader: str) -> Any:
         """The decoder (one instance per configuration) that serves ``loader`` on this device."""
         if loader not in self.decoders:

@@ -222,6 +222,10 @@ class CUDAAdapter(DeviceAdapter):
             "cuda_runtime": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version(),
         }
+        try:
+            info["nccl"] = ".".join(str(part) for part in torch.cuda.nccl.version())
+        except Exception:  # noqa: BLE001 - a build without NCCL: absent, not invented
+            pass
         nvml = _nvml()
         if nvml is not None:
             try:

@@ -74,6 +74,10 @@ def module_id_of(local_rank: int, environ: Mapping[str, str] | None = None) -> i
     return None
 
 
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
 def hlml_init(hlml: Any) -> None:
     """``hlmlInit()`` without pyhlml's own ``print("Failed to load libhlml")`` on stdout where the driver is absent
     (``pyhlml/hlml_lib.py``): that line would land in a command's ``--json`` output; the exception says it."""
@@ -230,10 +234,10 @@ class Gaudi2Adapter(DeviceAdapter):
             if handle is None:
                 return {"hlml": f"not read: no card with module id {wanted} among HLML's {count}"}
             memory = pyhlml.hlmlDeviceGetMemoryInfo(handle)
-            bus_id = pyhlml.hlmlDeviceGetPCIInfo(handle).bus_id
             return {"module_id": int(pyhlml.hlmlDeviceGetModuleID(handle)), "used": int(memory.used),
-                    "total": int(memory.total),
-                    "pci_bus_id": bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)}
+                    "total": int(memory.total), "pci_bus_id": _text(pyhlml.hlmlDeviceGetPCIInfo(handle).bus_id),
+                    "driver_version": _text(pyhlml.hlmlGetDriverVersion()),
+                    "firmware_version": _text(pyhlml.hlmlDeviceGetFirmwareFITVersion(handle))}
         except Exception as exc:  # noqa: BLE001 - no driver view, not a failure: recorded why
             return {"hlml": f"not read: {type(exc).__name__}: {' '.join(str(exc).split())}"}
 
@@ -247,7 +251,8 @@ class Gaudi2Adapter(DeviceAdapter):
         card = self._card()
         if "total" in card:
             info.update(memory_total_bytes=card["total"], hlml_module_id=card["module_id"],
-                        pci_bus_id=card["pci_bus_id"])
+                        pci_bus_id=card["pci_bus_id"], driver_version=card["driver_version"],
+                        firmware_version=card["firmware_version"])
         else:
             info["hlml"] = card["hlml"]
         try:

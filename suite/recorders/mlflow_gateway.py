@@ -180,6 +180,10 @@ class MlflowGateway:
     def log_artifacts(self, run_id: str, folder: Path, artifact_path: str | None = None) -> None:
         self.client.log_artifacts(run_id, str(folder), artifact_path=artifact_path)
 
+    def log_json(self, run_id: str, data: Any, artifact_file: str) -> None:
+        """``data`` as one JSON artifact of the run (MLflow's ``log_dict``)."""
+        self.client.log_dict(run_id, data, artifact_file)
+
     def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path=artifact_path)
 

@@ -36,6 +36,8 @@ EXPERIMENT_NOTE = (
 
 #: Facts logged as metric histories (per step), not as tags.
 HISTORIES = ("step_times_s", "evaluations")
+#: Facts logged as one JSON artifact each instead of a tag per entry (``<name>.json``).
+JSON_ARTIFACTS = ("accelerator_environment",)
 
 
 def _flatten(prefix: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -173,7 +175,7 @@ class MlflowRecorder(Recorder):
         for evaluation in result.facts.get("evaluations") or []:  # quality over the run, at its step
             metrics += [(k, float(v), start_ms, int(evaluation["step"])) for k, v in evaluation.items()
                         if k.startswith("eval_") and k != "eval_time_s"]
-        tags = _flatten("facts", {k: v for k, v in result.facts.items() if k not in HISTORIES})
+        tags = _flatten("facts", {k: v for k, v in result.facts.items() if k not in HISTORIES + JSON_ARTIFACTS})
         device_name = (result.facts.get("device") or {}).get("device_name")
         if device_name:
             tags["device_name"] = device_name
@@ -184,6 +186,9 @@ class MlflowRecorder(Recorder):
         run_params = {f"run.{k}": v for k, v in (result.facts.get("run_params") or {}).items()}
         tags[tags_.RUN_NOTE] = _run_note(config, result)
         self.gateway.log(run_id, metrics=mlflow_metrics(metrics), params=run_params, tags=tags)
+        for name in JSON_ARTIFACTS:
+            if name in result.facts:
+                self.gateway.log_json(run_id, result.facts[name], f"{name}.json")
         folder = self._run_folder(result)
         if folder is not None and folder.is_dir():  # config, result, manifest, logs of this run
             self.gateway.log_artifacts(run_id, folder)

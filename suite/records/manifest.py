@@ -47,6 +47,7 @@ def build_manifest(result: RunResult, command: Sequence[str]) -> dict[str, Any]:
         "packages": package_versions(),
         "host": host_facts(),
         "device": facts.get("device", {}),
+        "accelerator_environment": facts.get("accelerator_environment", {}),
         "git": git_state(),
         "command": list(command),
         "dataset": workload.get("dataset"),

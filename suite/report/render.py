@@ -141,6 +141,12 @@ def sections(content: ReportContent) -> list[Section]:
                        + ": those figures are not the machine's (marked BUSY and hatched).")
     if any(r.config.device == "cpu" for r in rows):
         summary.append(DEVICE_MEMORY_NOTE[0].upper() + DEVICE_MEMORY_NOTE[1:] + ".")
+    fallbacks = [r for r in rows if r.metrics.get("device_decode_fallbacks", 0) > 0]
+    if fallbacks:
+        summary.append("Images decoded on the host, not the device (formats or pixels the device's decoder does not "
+                       "decode as the reference does; each run's facts list the reasons): "
+                       + ", ".join(f"{r.label}: {r.metrics['device_decode_fallbacks']:.0f} per run" for r in fallbacks)
+                       + ".")
     bars = [Bar(_group(r, rows), r.config.loader, r.config.num_workers, r.metrics[THROUGHPUT],
                 r.metrics.get("throughput_ci95_low"), r.metrics.get("throughput_ci95_high"), r.contended)
             for r in rows]

@@ -30,6 +30,7 @@ from mlperf_logging.mllog import constants  # noqa: E402
 from suite.config import RunConfig  # noqa: E402
 from suite.errors import RecordingError, SuiteError  # noqa: E402
 from suite.events import LAUNCHED_AT_ENV, emit  # noqa: E402
+from suite.records.environment import accelerator_environment  # noqa: E402
 from suite.records.manifest import build_manifest  # noqa: E402
 from suite.records.mlperf_log import MlperfLog, log_disclosures  # noqa: E402
 from suite.records.results import FAILED, FINISHED, RunResult  # noqa: E402
@@ -111,6 +112,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
                 facts["distributed_backend"] = adapter.distributed_backend
             facts["global_batch_size"] = config.batch_size * rank.world_size
             facts["device"] = adapter.device_info()
+            facts["accelerator_environment"] = accelerator_environment(facts["device"])
             prepare_device(config, adapter)
         workload = load_workload(config.workload)(config, adapter)
         emit_event(phase="workload setup")
@@ -135,6 +137,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         else:
             _train(config, adapter, workload, result, emit_event, mlperf, rank, quality, first_step_done, host)
         result.metrics.update(workload.metrics())
+        facts["workload"] = workload.facts()  # with what the run itself learnt (e.g. images decoded on the host)
         _record_observed_loader(result, workload)
         mlperf.end(constants.RUN_STOP, metadata={"status": "success"})
         result.status = FINISHED

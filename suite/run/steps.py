@@ -40,6 +40,7 @@ class TrainingSteps:
         self.config, self.adapter, self.workload = config, adapter, workload
         self.losses = losses if losses is not None else []
         self.timings: list[StepTiming] = []
+        self.decoder_builds: list[int] = []  # per step: decoder pipelines built inside it (on its clock)
         self._batches = workload.batches()
         self._timer = StepTimer(adapter.synchronize)
 
@@ -53,9 +54,12 @@ class TrainingSteps:
         self._timer.start()
 
     def step(self) -> StepTiming:
+        builds = self.adapter.decoder_builds()
         batch = next(self._batches)
         self.batch_ready(batch)
-        return self.step_end(self.workload.train_step(batch))
+        timing = self.step_end(self.workload.train_step(batch))
+        self.decoder_builds.append(self.adapter.decoder_builds() - builds)
+        return timing
 
     # The two halves of a step, also called by an external training loop (engine hf-trainer).
     def batch_ready(self, batch: Any) -> None:
@@ -88,6 +92,10 @@ class TrainingSteps:
             warmup = self.timings[:self.config.warmup_steps]
             result.metrics["warmup_wall_s"] = sum(t.step_time_s for t in warmup)  # the warm-up steps' own time
             result.facts["step_times_s"] = list(stats.step_times_s)  # every measured step, for later analysis
+            if any(self.decoder_builds):  # a decoder pipeline built on a step's clock: said, never hidden
+                result.metrics["decoder_builds_in_measured_steps"] = float(
+                    sum(self.decoder_builds[self.config.warmup_steps:]))
+                result.facts["decoder_builds_per_step"] = list(self.decoder_builds)
         memory = self.adapter.peak_memory()
         if memory is not None:
             result.metrics["device_peak_memory_bytes"] = float(memory.peak_bytes)

@@ -56,6 +56,14 @@ class FakeLibHLML:
         pci_info._obj.bus_id = f"0000:{0x19 + self._index(device):02x}:00.0".encode()
         return self._status("hlml_device_get_pci_info")
 
+    def hlml_get_driver_version(self, version, length):
+        version.value = b"1.24.1-a4f9d3c"
+        return self._status("hlml_get_driver_version")
+
+    def hlml_get_firmware_fit_version(self, device, version, length):
+        version.value = b"hl-gaudi2-1.24.1-fw-58.1.0-sec-9"
+        return self._status("hlml_get_firmware_fit_version")
+
     def hlml_device_get_memory_info(self, device, memory):
         memory._obj.total, memory._obj.used = self.total_bytes, self.used_bytes[self._index(device)]
         memory._obj.free = memory._obj.total - memory._obj.used

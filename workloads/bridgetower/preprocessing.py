@@ -9,6 +9,7 @@ This module does the same arithmetic with plain torch ops (torchvision's tensor 
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import torch
@@ -49,6 +50,12 @@ def preprocess_image(
     if image.dtype != torch.uint8 or image.ndim != 3 or image.shape[0] != 3:
         raise ValueError(f"expected a uint8 tensor of shape (3, H, W), got {image.dtype} {tuple(image.shape)}")
     x = resize_and_center_crop(image.to(torch.float32).div_(255.0), size)
-    mean_t = torch.tensor(mean, dtype=x.dtype, device=x.device).view(3, 1, 1)
-    std_t = torch.tensor(std, dtype=x.dtype, device=x.device).view(3, 1, 1)
+    mean_t, std_t = normalization(tuple(mean), tuple(std), x.device)
     return x.sub_(mean_t).div_(std_t).contiguous()
+
+
+@functools.lru_cache(maxsize=16)
+def normalization(mean: tuple[float, ...], std: tuple[float, ...], device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The mean and std as float32 ``(3, 1, 1)`` tensors on ``device``, made once per device (each is a blocking copy
+    to the device: two per image otherwise)."""
+    return tuple(torch.tensor(values, dtype=torch.float32, device=device).view(3, 1, 1) for values in (mean, std))

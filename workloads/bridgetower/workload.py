@@ -30,19 +30,23 @@ from workloads.bridgetower.tokenizer import (resolve_tokenizer, stand_in_name, t
 
 
 def decode_on_device(device: Any, encoded: list[bytes], names: list[str] | None, image_size: int,
-                     loader: str) -> tuple[torch.Tensor, Any]:
+                     loader: str, kinds: list[str] | None = None) -> tuple[torch.Tensor, Any, dict[int, str]]:
     """A batch of encoded images decoded on the device by the decoder that serves ``loader`` there
-    (:mod:`suite.decoders`), then, unless the decoder preprocesses itself, the reference preprocessing on the device;
-    (pixel values, the decoder). A failure is a :class:`DatasetError` naming the image (when the decoder says which)
-    or the batch's images."""
+    (:mod:`suite.decoders`), then, unless the decoder preprocesses itself, the reference preprocessing on the device.
+    Images the decoder refuses by their header (``kinds``, :meth:`suite.imaging.ImageKind.spelled`, read by the loader
+    workers) or fails on are decoded on the host and preprocessed the reference way (:mod:`suite.decoders.fallback`).
+    Returns (pixel values, the decoder, {image index: why it was decoded on the host}). A failure is a
+    :class:`DatasetError` naming the image (when the decoder says which) or the batch's images."""
     from suite.decoders.base import DecodeError
+    from suite.decoders.fallback import decode_with_fallback
+    from suite.imaging import ImageKind
 
     decoder = device.decoder_for(loader)
+    headers = [ImageKind.parse(k) for k in kinds] if kinds else [ImageKind.of(data) for data in encoded]
     try:
-        out = decoder(encoded, image_size, CLIP_MEAN, CLIP_STD)
-        if not decoder.preprocesses:
-            out = torch.stack([preprocess_image(image, image_size) for image in out])
-        return out, decoder
+        done = decode_with_fallback(decoder, encoded, headers, image_size, CLIP_MEAN, CLIP_STD,
+                                    lambda image: preprocess_image(device.to_device(image), image_size))
+        return torch.stack(done.pixels), decoder, done.fallbacks
     except SuiteError:
         raise
     except Exception as exc:  # noqa: BLE001 - a decoder's error, re-raised naming what it was decoding
@@ -88,6 +92,27 @@ def weights_fingerprint(model: torch.nn.Module) -> str:
         digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
         digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return digest.hexdigest()
+
+
+class DecodeFallbacks:
+    """Training images the device's decoder left to the host: a count, and per reason its count and first names."""
+
+    SHOWN = 5
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.by_reason: dict[str, dict[str, Any]] = {}
+
+    def note(self, name: str, reason: str) -> None:
+        self.count += 1
+        entry = self.by_reason.setdefault(reason, {"reason": reason, "images": 0, "first": []})
+        entry["images"] += 1
+        if len(entry["first"]) < self.SHOWN and name not in entry["first"]:
+            entry["first"].append(name)
+
+    def describe(self) -> dict[str, Any]:
+        return {"images": self.count, "how": "decoded on the host with Pillow, preprocessed the reference way",
+                "reasons": list(self.by_reason.values())}
 
 
 class BridgeTowerWorkload(Workload):
@@ -165,6 +190,7 @@ class BridgeTowerWorkload(Workload):
         self._ran_loader: Any = None  # the DataLoader that fed the steps (the trainer's own with hf-trainer)
         self._observed_loader: str | None = None  # which loader's path produced the batches
         self._decoder: str | None = None  # the on-device decoder that ran (loaders device, dali)
+        self._fallbacks = DecodeFallbacks()  # training images the device decoder left to the host
         self._skipped = 0
 
     @classmethod
@@ -272,10 +298,13 @@ class BridgeTowerWorkload(Workload):
         if "images" in batch:  # a worker-side pipeline ran; its device stage finishes the batch
             self.note_worker_pipeline_ran()
             return self.train_dataset.pipeline.device_stage(batch["images"], self.device.torch_device)
-        done, decoder = decode_on_device(self.device, batch["encoded_images"], batch.get("image_names"),
-                                         self.image_size, self.config.loader)
+        names = batch.get("image_names")
+        done, decoder, fallbacks = decode_on_device(self.device, batch["encoded_images"], names, self.image_size,
+                                                    self.config.loader, batch.get("image_kinds"))
         self._observed_loader = decoder.loader  # the decoder object that made these pixels
         self._decoder = decoder.name
+        for index, reason in fallbacks.items():
+            self._fallbacks.note(names[index] if names and index < len(names) else f"image {index}", reason)
         return done
 
     def train_step(self, batch: Any) -> torch.Tensor:
@@ -304,10 +333,11 @@ class BridgeTowerWorkload(Workload):
         # the dropout of the training steps after an evaluation
         batches = DataLoader(self.eval_dataset, batch_size=self.config.batch_size, shuffle=False, num_workers=0,
                              collate_fn=collate, generator=torch.Generator())
-        observed = self._observed_loader  # what the evaluation reads does not change what trained
+        observed, fallbacks = self._observed_loader, self._fallbacks  # what evaluation reads is not what trained
+        self._fallbacks = DecodeFallbacks()
         texts, images = embed_pairs(model, batches, self._pixel_values, self.device.to_device,
                                     lambda: self.device.autocast(self.config.precision))
-        self._observed_loader = observed
+        self._observed_loader, self._fallbacks = observed, fallbacks
         return {**retrieval_recall(texts, images), "eval_samples": float(len(self.eval_dataset))}
 
     def train_with_trainer(self, hooks: Any) -> dict[str, float]:
@@ -344,7 +374,12 @@ class BridgeTowerWorkload(Workload):
         self._ran_loader = loader
 
     def metrics(self) -> dict[str, float]:
-        return {"skipped_samples": float(self._skipped)} if self.config.skip_bad_samples else {}
+        figures = {"skipped_samples": float(self._skipped)} if self.config.skip_bad_samples else {}
+        if self.config.loader in self.device.decoders:  # an on-device decoder ran: how many images it left to the host
+            figures["device_decode_fallbacks"] = float(self._fallbacks.count)
+            if self._fallbacks.count:
+                self._facts["device_decode_fallbacks"] = self._fallbacks.describe()
+        return figures
 
     def mlperf_hyperparameters(self) -> dict[str, Any]:
         preset = self.preset

@@ -4,8 +4,9 @@
   preprocess); batches carry its output under ``images``, finished by its device stage.
 * ``cpu-fast`` loader: the same with our ``closed`` pipeline (equal output within float16 rounding,
   see :mod:`.pipelines`).
-* ``device`` loader: workers only read encoded bytes (``encoded_images``); the device decodes and
-  preprocesses them inside the training step. ``num_workers`` keeps its meaning (processes reading bytes).
+* ``device`` loader: workers only read encoded bytes (``encoded_images``) and their headers (``image_kinds``: what
+  the device decoder may leave to the host); the device decodes and preprocesses them inside the training step.
+  ``num_workers`` keeps its meaning (processes reading bytes).
 
 Order is deterministic: each epoch's permutation depends only on (seed, epoch) (:class:`EpochShuffle`), and the
 generator that seeds the workers is another one, so the loss trajectory is the same for every ``num_workers``
@@ -30,6 +31,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, default_collate
 
 from suite.errors import DatasetError
+from suite.imaging import ImageKind
 
 from workloads.bridgetower.data.bounds import ImageBounds
 from workloads.bridgetower.data.pipelines import PIPELINES, ClosedPipeline, ImagePipeline, ReferencePipeline
@@ -84,6 +86,7 @@ class CaptionedImages(Dataset):
         if self.pipeline is None:
             item["encoded_images"] = data
             item["image_names"] = self.source.name_of(index)  # so a decode failure on the device names the file
+            item["image_kinds"] = ImageKind.of(data).spelled()  # what the device decoder may leave to the host
             return item
         try:
             item["images"] = self.pipeline.worker_stage(data)
