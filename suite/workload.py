@@ -52,6 +52,13 @@ class Workload(ABC):
         return {}
 
     @classmethod
+    def input_fingerprints(cls, config: "RunConfig") -> dict[str, str]:
+        """The fingerprints of a configuration's inputs computed now, without training, under the names the manifest
+        records them (``suite audit --no-rerun`` compares them). Raises ``NotImplementedError`` where the workload
+        cannot (the audit then says so)."""
+        raise NotImplementedError(f"workload {cls.name!r} cannot recompute its input fingerprints")
+
+    @classmethod
     def loader_benchmark(cls, options: Mapping[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
         """``suite bench-loader``: the workload's input pipelines side by side (see its documentation).
 

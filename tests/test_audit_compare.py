@@ -97,12 +97,16 @@ def test_unknown_reference_lists_the_available_ones():
 
 
 def _result(losses, throughput=100.0, device_name="cpu-x", status="FINISHED"):
+    """A run of 30 steady steps at ``throughput`` (batch 8), measured on a quiet machine."""
     from suite.records.results import RunResult
 
     config = dict(workload="w", preset="p", device="cpu", num_workers=0, loader="cpu", precision="fp32", steps=2,
                   warmup_steps=0, seed=1, batch_size=8, dataset=None, weights=None)
+    steps = [8 / throughput * (1 + 0.01 * ((i * 5) % 7 - 3) / 3) for i in range(30)]
     return RunResult(config=config, status=status, reason=None if status == "FINISHED" else "boom", losses=losses,
-                     metrics={"throughput_samples_per_s": throughput}, facts={"device": {"device_name": device_name}})
+                     metrics={"throughput_samples_per_s": throughput},
+                     facts={"device": {"device_name": device_name}, "step_times_s": steps,
+                            "contention": {"contended": False, "others_share": 0.01, "steal_share": 0.0}})
 
 
 MANIFEST = {"device": {"device_name": "cpu-x"}, "dataset_fingerprint": {"sha256": "d"},
@@ -131,11 +135,12 @@ def test_rerun_comparison_rules():
     assert _verdicts(failed) == {"rerun": FAIL}
 
 
-def test_noise_band_uses_recorded_spread_and_drift_is_a_warning():
-    from suite.analysis.audit import WARN, environment_check, noise_band_for
+def test_recorded_repeats_are_read_and_drift_is_a_warning():
+    from suite.analysis.audit import WARN, environment_check, recorded_repeats
 
-    scores = [{"config_id": "c", "throughput_cv": 0.08}]
-    assert noise_band_for("c", scores, 0.1) == pytest.approx(0.24)
-    assert noise_band_for("other", scores, 0.1) == 0.1
+    scores = [{"config_id": "c", "throughput_values": [100.0, 90.0, float("nan")]}]
+    assert recorded_repeats("c", scores) == [100.0, 90.0] and recorded_repeats("other", scores) is None
     check = environment_check([{"packages": {"torch": "0.0.1"}}])
     assert check.verdict == WARN and "torch 0.0.1 ->" in check.detail
+    commit = environment_check([{"packages": {}, "git": {"git_commit": "0123456789abcdef"}}])
+    assert commit.verdict == WARN and "suite commit 0123456789ab ->" in commit.detail

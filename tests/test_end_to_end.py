@@ -184,7 +184,8 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
         assert "system/cpu_utilization_percentage" in run.data.metrics  # MLflow's system metrics
         assert "system/system_memory_usage_megabytes" in run.data.metrics
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert artifacts == {"config.json", "run.json", "result.json", "run.log", "manifest.json", "mlperf.log"}
+        assert artifacts == {"config.json", "run.json", "result.json", "run.log", "manifest.json", "mlperf.log",
+                             "accelerator_environment.json"}
         log = run_file(tmp / "out", r, "run.log").read_text()  # a readable account of the run, never empty
         assert "phase: training" in log and f"step {STEPS + WARMUP}/{STEPS + WARMUP}: loss" in log
         assert "FINISHED" in log
@@ -199,16 +200,17 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
 @pytest.mark.mechanics
 def test_failed_configuration_is_recorded_and_the_matrix_goes_on(tmp_path, test_plugins):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    code = main(["run", "--device", "absent-standin,cpu", "--workers", "0", "--steps", "2", "--warmup-steps", "1",
+    code = main(["run", "--device", "cpu,vanishing-standin", "--workers", "0", "--steps", "2", "--warmup-steps", "1",
                  "--output", str(tmp_path / "out"), "--tracking-uri", uri, "--no-progress"])
     assert code == 1  # a failed configuration makes the invocation fail, after the others ran
     results = runs_of(tmp_path / "out")
-    assert [(r["config"]["device"], r["status"]) for r in results] == [("absent-standin", "FAILED"),
-                                                                      ("cpu", "FINISHED")]
-    assert "stand-in accelerator is not present on this machine" in results[0]["reason"]
-    run = MlflowClient(tracking_uri=uri).get_run(results[0]["mlflow_run_id"])
+    assert sorted((r["config"]["device"], r["status"]) for r in results) == [("cpu", "FINISHED"),
+                                                                            ("vanishing-standin", "FAILED")]
+    [failed] = [r for r in results if r["status"] == "FAILED"]
+    assert "stand-in accelerator vanished after the check" in failed["reason"]
+    run = MlflowClient(tracking_uri=uri).get_run(failed["mlflow_run_id"])
     assert run.info.status == "FAILED"
-    assert "stand-in accelerator is not present" in run.data.tags["failure_reason"]
+    assert "stand-in accelerator vanished" in run.data.tags["failure_reason"]
 
 
 @pytest.mark.mechanics
@@ -269,12 +271,14 @@ def test_audit_reruns_from_manifests_and_links_to_the_audited_run(matrix_run, tm
                  # itself is tested with fixed numbers in test_audit_compare.py
                  "--throughput-tolerance", "100", "--no-progress"])
     report = json.loads((tmp_path / "audit" / "audit.json").read_text())
-    assert code == 0 and report["passed"], report
+    # a busy host (this machine runs the tests) makes the throughput INCONCLUSIVE, never a FAIL, and says so
+    assert report["verdict"] in ("PASS", "INCONCLUSIVE") and code == {"PASS": 0, "INCONCLUSIVE": 3}[report["verdict"]]
     verdicts = {(c["subject"], c["name"]): c["verdict"] for c in report["checks"]}
     for r in results:
         config_id = RunConfig.from_dict(r["config"]).config_id
-        for check in ("batch_size", "loader", "rerun", "inputs", "loss_digest", "throughput"):
+        for check in ("record", "batch_size", "loader", "rerun", "inputs", "loss_digest"):
             assert verdicts[(config_id, check)] == "PASS", (config_id, check)
+        assert verdicts[(config_id, "throughput")] in ("PASS", "INCONCLUSIVE")
         assert verdicts[(config_id + " (re-run)", "batch_size")] == "PASS"
     assert verdicts[("matrix", "warmup_accounting")] == "PASS"
     assert verdicts[("matrix", "environment")] == "PASS"
@@ -284,7 +288,8 @@ def test_audit_reruns_from_manifests_and_links_to_the_audited_run(matrix_run, tm
               if r.data.tags.get("suite.role") == "audit"]
     parent_id = client.get_run(results[0]["mlflow_run_id"]).data.tags["mlflow.parentRunId"]
     assert [a.data.tags["suite.audited_run_id"] for a in audits] == [parent_id]
-    assert audits[0].data.tags["suite.verdict"] == "PASS"
+    assert audits[0].data.tags["suite.verdict"] == report["verdict"]
+    assert audits[0].data.tags["suite.verdict.record"] == "PASS"
 
 
 @pytest.mark.mechanics
@@ -302,8 +307,9 @@ def test_audit_of_an_mlflow_run_flags_a_tampered_batch_size(matrix_run, tmp_path
     assert main(["audit", str(tampered), "--tracking-uri", uri, "--no-rerun", "--output", str(tmp_path / "b")]) == 1
     report = json.loads((tmp_path / "b" / "audit.json").read_text())
     failed = [(c["name"], c["detail"]) for c in report["checks"] if c["verdict"] == "FAIL"]
-    assert failed == [("config", "manifest and results.json differ: batch_size: results.json 16, manifest 8"),
-                      ("batch_size", "logged 16 but used 8")]
+    assert failed[0] == ("config", "manifest and results.json differ: batch_size: results.json 16, manifest 8")
+    assert failed[1][0] == "record" and "stored step times and batch 16 give" in failed[1][1]  # headlines, batch 8
+    assert failed[2:] == [("batch_size", "logged 16 but used 8")]
 
 
 @pytest.mark.mechanics

@@ -252,3 +252,17 @@ def test_reasons_with_brackets_are_shown_as_they_are(capsys):
     print_results_table([RunResult(config=BASE.to_dict(), status=FAILED, reason=reason)])
     shown = "".join(capsys.readouterr().out.replace("│", "").split())  # the cell folds over lines
     assert "".join(reason.split()) in shown
+
+
+def test_the_headline_calls_a_speed_up_only_when_the_intervals_separate(tmp_path):
+    """Issue 26: "Best ... 1.03x over workers=0" was printed inside overlapping intervals."""
+    store = ResultsStore.create(tmp_path / "out", MatrixInfo(name="m", workload="bridgetower", command=["suite"]))
+    for workers, throughput in ((0, 40.0), (2, 41.2)):
+        config = dataclasses.replace(BASE, num_workers=workers)
+        store.record(RunResult(config=config.to_dict(), status=FINISHED, run_uid=f"w{workers}",
+                               metrics=_metrics(throughput)))
+    store.finish(FINISHED, None)
+    store.release()
+    headline = from_folder(tmp_path / "out", None).headline()
+    assert "no significant difference from workers=0 loader=cpu" in headline and "1.03x" in headline
+    assert "x over workers=0" not in headline

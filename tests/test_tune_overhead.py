@@ -20,17 +20,24 @@ from conftest import runs_of
 pytestmark = pytest.mark.mechanics
 
 
-def _result(workers, prefetch, throughput, pss=1e8, status=FINISHED):
-    return RunResult(config={"num_workers": workers, "prefetch_factor": prefetch}, status=status,
-                     metrics={"throughput_samples_per_s": throughput, "host_ram_peak_pss_bytes": pss})
+def _result(workers, prefetch, throughput, pss=1e8, status=FINISHED, spread=0.01, low=None, high=None):
+    """A run of 40 steps of batch 8 at ``throughput``, each step time off by up to ``spread`` (deterministic)."""
+    step = 8 / throughput if throughput else 1.0
+    steps = [step * (1 + spread * ((i * 7919) % 13 - 6) / 6) for i in range(40)]
+    metrics = {"throughput_samples_per_s": throughput, "host_ram_peak_pss_bytes": pss}
+    if low is not None:
+        metrics.update(throughput_ci95_low=low, throughput_ci95_high=high)
+    return RunResult(config={"num_workers": workers, "prefetch_factor": prefetch}, status=status, metrics=metrics,
+                     facts={"step_times_s": steps})
 
 
-def test_tune_recommends_the_smallest_setting_within_tolerance_of_the_best():
+def test_tune_recommends_a_smaller_setting_only_when_it_is_equivalent_to_the_best():
     results = [_result(0, None, 50.0), _result(1, 2, 96.0), _result(1, 4, 97.0), _result(2, 2, 100.0),
                _result(3, 2, 0.0, status=FAILED)]
     outcome = analyse(results, tolerance=0.05)
     assert (outcome.best.num_workers, outcome.best.prefetch_factor) == (2, 2)
     assert (outcome.recommended.num_workers, outcome.recommended.prefetch_factor) == (1, 2)
+    assert outcome.recommended.vs_best.startswith("PASS: ratio 0.96")
     strict = analyse(results, tolerance=0.0)
     assert (strict.recommended.num_workers, strict.recommended.prefetch_factor) == (2, 2)
     assert len(outcome.to_dict()["points"]) == 5
@@ -38,6 +45,16 @@ def test_tune_recommends_the_smallest_setting_within_tolerance_of_the_best():
         analyse([_result(0, None, 0.0, status=FAILED)], 0.05)
     with pytest.raises(ConfigError, match="tolerance"):
         analyse(results, 1.5)
+
+
+def test_tune_does_not_call_overlapping_intervals_equivalent():
+    """Issue 26: "workers=1 (17.6 samples/s, [8.1, 44.7]: not significantly slower than the best)" was recommended
+    beside a best of 44.3: wide intervals that overlap say nothing of equality."""
+    best = _result(2, 2, 44.3, spread=0.05, low=40.0, high=48.0)
+    noisy = _result(1, 2, 17.6, spread=0.9, low=8.1, high=44.7)
+    outcome = analyse([noisy, best], tolerance=0.10)
+    assert outcome.recommended.num_workers == 2
+    assert not outcome.points[0].vs_best.startswith("PASS")
 
 
 def test_tune_sweep_runs_workers_zero_once_and_every_prefetch_factor_above():

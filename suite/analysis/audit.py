@@ -4,19 +4,26 @@
 records, re-runs every configuration from its manifest alone, and gives a verdict per check:
 
 * ``config``: the configuration in the run's manifest is the one in results.json, field by field;
+* ``record``: every headline (throughput, its interval, step-time percentiles, data-wait, steps, wall time) is what
+  the run's own stored per-step times and batch size give, and the manifest's facts (device, fingerprints) are
+  results.json's: a hand edit or a bug is "record inconsistent" (FAIL);
 * ``batch_size``: the batch size logged is the batch size used;
 * ``warmup_accounting``: every configuration excluded the same warm-up steps;
 * ``loader``: the loader, worker count and prefetch factor observed while it ran (the built pipeline, the
   DataLoader that ran) are the ones requested, and no knob is reported that had no effect;
 * ``rerun``: the configuration runs again from its manifest;
-* ``inputs``: the re-run read the same data, initial weights and tokenizer (fingerprints);
+* ``inputs``: the re-run read the same data, initial weights and tokenizer (fingerprints); with ``--no-rerun``,
+  ``inputs_now``: the fingerprints recomputed now from the files, the tokenizer and the model built from the seed;
 * ``loss_digest``: bit-identical loss trajectory on the same device kind, else within ``loss_rtol``;
-* ``throughput``: the 95 % throughput intervals (per-step block bootstrap, or over repeats) overlap: PASS; they
-  clearly do not and neither run was contended: FAIL; otherwise INCONCLUSIVE, with the numbers and the contention;
-* ``environment``: which package versions differ from the manifest (a warning, not a failure).
+* ``throughput``: an equivalence test on the ratio re-run / recorded (:mod:`suite.analysis.equivalence`): PASS
+  when its 90 % interval lies inside the declared tolerance, FAIL when wholly outside, INCONCLUSIVE otherwise, and
+  INCONCLUSIVE whatever the numbers when either run was measured under contention (checked first);
+* ``environment``: which package versions and which commit differ from the manifest (a warning, not a failure).
 
 The same record checks run on published results (``reference/*.json``), which shows the flaws of the
-original benchmark on its own numbers. Verdicts: PASS, FAIL, INCONCLUSIVE, WARN, SKIP; any FAIL fails the audit.
+original benchmark on its own numbers. Verdicts per check: PASS, FAIL, INCONCLUSIVE, WARN, SKIP. The audit's own
+verdict: FAIL when any check fails, else INCONCLUSIVE when any is inconclusive, else PASS (``suite audit`` exits
+0, 1, 3).
 """
 
 from __future__ import annotations
@@ -31,16 +38,22 @@ from typing import Any, Iterable, Sequence
 
 from suite.config import RunConfig
 from suite.errors import ConfigError, SuiteError
-from suite.records.environment import package_versions
+from suite.records.environment import git_state, package_versions
 from suite.records.manifest import MANIFEST_FILE, config_from_manifest, load_manifest
 from suite.records.results import FINISHED, RunResult
 from suite.records.store import ResultsStore
 
-PASS, FAIL, WARN, SKIP = "PASS", "FAIL", "WARN", "SKIP"
-#: Throughput intervals that do not overlap while a run was measured under contention: no verdict either way.
-INCONCLUSIVE = "INCONCLUSIVE"
+from suite.analysis.equivalence import DEFAULT_TOLERANCE, FAIL, INCONCLUSIVE, PASS, ratio_test
+
+WARN, SKIP = "WARN", "SKIP"
 DEFAULT_LOSS_RTOL = 1e-2
-DEFAULT_THROUGHPUT_TOLERANCE = 0.10
+DEFAULT_THROUGHPUT_TOLERANCE = DEFAULT_TOLERANCE
+#: ``suite audit``'s exit status per verdict.
+EXIT_STATUS = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}
+#: Headlines recomputed from the stored step times, and the relative difference that is an inconsistency.
+RECOMPUTED = ("throughput_samples_per_s", "throughput_ci95_low", "throughput_ci95_high", "step_time_p50_s",
+              "step_time_p90_s", "step_time_p99_s", "measured_steps", "measured_wall_s", "data_wait_fraction")
+CONSISTENCY_RTOL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -59,12 +72,22 @@ class AuditReport:
     mlflow_audit_run_id: str | None = None
 
     @property
+    def verdict(self) -> str:
+        """FAIL when any check failed, else INCONCLUSIVE when any could not decide, else PASS."""
+        verdicts = {c.verdict for c in self.checks}
+        return FAIL if FAIL in verdicts else INCONCLUSIVE if INCONCLUSIVE in verdicts else PASS
+
+    @property
     def passed(self) -> bool:
-        return all(c.verdict != FAIL for c in self.checks)
+        return self.verdict == PASS
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_STATUS[self.verdict]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "passed": self.passed, "audited_run_ids": self.audited_run_ids,
-                "checks": [asdict(c) for c in self.checks]}
+        return {"target": self.target, "verdict": self.verdict, "passed": self.passed,
+                "audited_run_ids": self.audited_run_ids, "checks": [asdict(c) for c in self.checks]}
 
 
 @dataclass(frozen=True)
@@ -149,6 +172,94 @@ def check_config(subject: str, recorded: dict[str, Any], manifest: dict[str, Any
     if differing:
         return Check(subject, "config", FAIL, "manifest and results.json differ: " + "; ".join(differing))
     return Check(subject, "config", PASS, "manifest and results.json record the same configuration")
+
+
+def check_record_consistency(subject: str, result: RunResult, manifest: dict[str, Any] | None) -> Check:
+    """Every headline recomputed from the run's own stored step times, data waits and batch size, and the manifest's
+    facts against results.json's: any difference is "record inconsistent" (a hand edit, or a bug)."""
+    from suite.records.results import StepStats
+
+    if result.status != FINISHED:
+        return Check(subject, "record", SKIP, f"the run {result.status}: no headline to check")
+    facts, metrics = result.facts, result.metrics
+    problems = _manifest_disagreements(result, manifest)
+    steps, waits = facts.get("step_times_s"), facts.get("data_wait_s")
+    batch = RunConfig.from_dict(result.config).batch_size
+    if not steps or batch is None:
+        if problems:
+            return Check(subject, "record", FAIL, "record inconsistent: " + "; ".join(problems))
+        return Check(subject, "record", INCONCLUSIVE, "no per-step times stored (a record of an older suite): the "
+                                                      "headlines cannot be recomputed")
+    stats = StepStats(tuple(steps), tuple(waits) if waits else tuple(0.0 for _ in steps), batch)
+    names = [n for n in RECOMPUTED if n != "data_wait_fraction" or waits]
+    if (facts.get("world_size") or 1) > 1:  # aggregated over ranks: rank 0's steps give only its own figures
+        names = [n for n in names if n.startswith("step_time_") or n == "measured_steps"]
+    for name in names:
+        recorded, again = metrics.get(name), float(getattr(stats, name))
+        if recorded is None:
+            problems.append(f"{name} is missing")
+        elif abs(recorded - again) > CONSISTENCY_RTOL * max(abs(again), 1e-12):
+            problems.append(f"{name} is {recorded:.6g} but its {len(steps)} stored step times and batch {batch} give "
+                            f"{again:.6g}")
+    if problems:
+        return Check(subject, "record", FAIL, "record inconsistent: " + "; ".join(problems))
+    left = "" if waits else " (data waits not stored: data_wait_fraction not checked)"
+    return Check(subject, "record", PASS, f"{len(names)} headline figures recomputed from {len(steps)} stored step "
+                                          f"times: all agree{left}")
+
+
+#: Facts recorded both in results.json and in the manifest (the manifest's key, where in the result's facts).
+_MIRRORED = (("dataset_fingerprint", ("workload", "dataset_fingerprint")),
+             ("initial_weights_sha256", ("workload", "initial_weights_sha256")),
+             ("tokenizer_sha256", ("workload", "tokenizer_sha256")),
+             ("device_name", ("device", "device_name")))
+
+
+def _manifest_disagreements(result: RunResult, manifest: dict[str, Any] | None) -> list[str]:
+    if manifest is None:
+        return []
+    problems = []
+    for key, (section, name) in _MIRRORED:
+        in_manifest = (manifest.get("device") or {}).get(name) if section == "device" else manifest.get(key)
+        in_result = (result.facts.get(section) or {}).get(name)
+        if in_manifest != in_result:
+            problems.append(f"{key}: manifest {_short(in_manifest)}, results.json {_short(in_result)}")
+    return problems
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 24 else text[:20] + "...'"
+
+
+def check_inputs_now(subject: str, config: RunConfig, manifest: dict[str, Any] | None,
+                     computed: dict[tuple[Any, ...], dict[str, str]]) -> Check:
+    """The recorded fingerprints against the ones computed now (the workload's :meth:`input_fingerprints`: the
+    dataset's files, the tokenizer, the model built from the seed), without training. ``computed`` caches them per
+    inputs (dataset, preset, weights, tokenizer, seed)."""
+    from suite.registry import load_workload
+
+    if manifest is None:
+        return Check(subject, "inputs_now", FAIL, "no manifest recorded for this run")
+    key = (config.workload, config.dataset, config.preset, config.weights, config.tokenizer, config.seed,
+           config.skip_bad_samples, config.max_image_pixels, config.max_image_bytes)
+    if key not in computed:
+        try:
+            computed[key] = load_workload(config.workload).input_fingerprints(config)
+        except NotImplementedError as exc:
+            computed[key] = {"unavailable": str(exc) or f"workload {config.workload} cannot recompute its inputs"}
+        except Exception as exc:  # noqa: BLE001 - inputs that cannot be read now: said, and a failure
+            computed[key] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"}
+    now = computed[key]
+    if "unavailable" in now:
+        return Check(subject, "inputs_now", SKIP, now["unavailable"])
+    if "error" in now:
+        return Check(subject, "inputs_now", FAIL, f"the inputs cannot be read now: {now['error']}")
+    differing = [f"{name}: recorded {_short(manifest.get(name))}, now {_short(value)}" for name, value in now.items()
+                 if manifest.get(name) != value]
+    if differing:
+        return Check(subject, "inputs_now", FAIL, "differ: " + "; ".join(differing))
+    return Check(subject, "inputs_now", PASS, f"{', '.join(now)} recomputed now: as recorded")
 
 
 def record_checks(records: Sequence[Record]) -> list[Check]:
@@ -256,8 +367,7 @@ def _max_rel_diff(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def compare_rerun(original: RunResult, manifest: dict[str, Any], rerun: RunResult, rerun_manifest: dict[str, Any],
-                  noise_band: float, loss_rtol: float,
-                  original_interval: tuple[float, float] | None = None) -> list[Check]:
+                  tolerance: float, loss_rtol: float, recorded_repeats: Sequence[float] | None = None) -> list[Check]:
     subject = RunConfig.from_dict(original.config).config_id
     if rerun.status != FINISHED:
         return [Check(subject, "rerun", FAIL, f"the re-run {rerun.status}: {rerun.reason}")]
@@ -280,15 +390,8 @@ def compare_rerun(original: RunResult, manifest: dict[str, Any], rerun: RunResul
         checks.append(Check(subject, "loss_digest", PASS if diff <= loss_rtol else FAIL,
                             f"other device kind: max relative difference {diff:.3g} (tolerance {loss_rtol})"))
 
-    checks.append(throughput_check(subject, original, rerun, noise_band, original_interval))
+    checks.append(throughput_check(subject, original, rerun, tolerance, recorded_repeats))
     return checks
-
-
-def _interval(result: RunResult) -> tuple[float, float] | None:
-    m = result.metrics
-    if "throughput_ci95_low" in m and "throughput_ci95_high" in m:
-        return m["throughput_ci95_low"], m["throughput_ci95_high"]
-    return None
 
 
 def _contention_text(result: RunResult) -> str:
@@ -299,74 +402,60 @@ def _contention_text(result: RunResult) -> str:
             + (" (contended)" if contention["contended"] else ""))
 
 
-def throughput_check(subject: str, original: RunResult, rerun: RunResult, noise_band: float,
-                     original_interval: tuple[float, float] | None = None) -> Check:
-    """PASS when the 95 % throughput intervals of the two runs overlap; FAIL when they clearly do not and neither
-    run was measured under contention; INCONCLUSIVE otherwise; always with the numbers. A record without an
-    interval (older suites) falls back to the relative noise band."""
+def throughput_check(subject: str, original: RunResult, rerun: RunResult, tolerance: float,
+                     recorded_repeats: Sequence[float] | None = None) -> Check:
+    """Contention first (either run measured under it, or not recorded: INCONCLUSIVE whatever the numbers), then the
+    equivalence test on the ratio re-run / recorded from their stored step times (:func:`ratio_test`); always with
+    the numbers."""
     before = original.metrics.get("throughput_samples_per_s")
     after = rerun.metrics.get("throughput_samples_per_s")
     if before is None or after is None:
         return Check(subject, "throughput", SKIP, "no recorded throughput to compare")
-    recorded, again = original_interval or _interval(original), _interval(rerun)
-    if recorded is None or again is None:
-        ratio = after / before
-        return Check(subject, "throughput", PASS if abs(ratio - 1) <= noise_band else FAIL,
-                     f"re-run {after:.1f} vs recorded {before:.1f} samples/s ({ratio - 1:+.1%}); no interval recorded: "
-                     f"noise band ±{noise_band:.0%}")
-    numbers = (f"re-run {after:.1f} [{again[0]:.1f}, {again[1]:.1f}] vs recorded {before:.1f} "
-               f"[{recorded[0]:.1f}, {recorded[1]:.1f}] samples/s (95 % intervals)")
-    if recorded[0] <= again[1] and again[0] <= recorded[1]:
-        return Check(subject, "throughput", PASS, f"{numbers}: they overlap")
-    # Within-run intervals miss between-run drift (frequency, neighbours): a difference inside the band the
-    # auditor allows (or 3 x the recorded CV over repeats) passes, and says so.
-    change = after / before - 1
-    if abs(change) <= noise_band:
-        return Check(subject, "throughput", PASS,
-                     f"{numbers}: they do not overlap, but {change:+.1%} is inside the allowed ±{noise_band:.0%} band")
+    numbers = f"re-run {after:.1f} vs recorded {before:.1f} samples/s ({after / before - 1:+.1%})"
+    where = f"recorded: {_contention_text(original)}; re-run: {_contention_text(rerun)}"
     contended = [name for name, result in (("recorded", original), ("re-run", rerun))
                  if (result.facts.get("contention") or {}).get("contended")]
-    where = f"recorded: {_contention_text(original)}; re-run: {_contention_text(rerun)}"
     if contended:
         return Check(subject, "throughput", INCONCLUSIVE,
-                     f"{numbers}: they do not overlap, but the {' and '.join(contended)} run was measured under "
-                     f"contention ({where})")
+                     f"{numbers}; the {' and '.join(contended)} run was measured under contention ({where}): no "
+                     "verdict on a busy machine's figures; audit on a quiet machine, or with --repeats")
     if "contention" not in original.facts or "contention" not in rerun.facts:
-        return Check(subject, "throughput", INCONCLUSIVE,
-                     f"{numbers}: they do not overlap, and contention was not recorded for both runs ({where})")
-    return Check(subject, "throughput", FAIL, f"{numbers}: they do not overlap and neither run was contended ({where})")
+        return Check(subject, "throughput", INCONCLUSIVE, f"{numbers}; contention was not recorded for both runs "
+                                                          f"({where}): no verdict")
+    steps_before, steps_after = original.facts.get("step_times_s"), rerun.facts.get("step_times_s")
+    if not steps_before or not steps_after or len(steps_before) < 2 or len(steps_after) < 2:
+        return Check(subject, "throughput", INCONCLUSIVE, f"{numbers}; fewer than two stored step times on a side: "
+                                                          "no interval for the ratio, no verdict")
+    test = ratio_test(steps_before, steps_after, tolerance, recorded_repeats)
+    return Check(subject, "throughput", test.verdict, f"{numbers}; {test.describe()}; neither run contended")
 
 
 def environment_check(manifests: Iterable[dict[str, Any] | None]) -> Check:
+    """Package versions and the suite's commit now, against the manifests' (a warning: the code or a library
+    changed since, which may explain a difference, but is not one)."""
     current = package_versions()
+    commit_now = git_state().get("git_commit")
     drift: dict[str, tuple[str, str]] = {}
     for manifest in manifests:
         for name, version in (manifest or {}).get("packages", {}).items():
             if current.get(name, "absent") != version:
                 drift[name] = (version, current.get(name, "absent"))
+        recorded_commit = ((manifest or {}).get("git") or {}).get("git_commit")
+        if recorded_commit and recorded_commit != commit_now:
+            drift["suite commit"] = (str(recorded_commit)[:12], str(commit_now)[:12])
     if not drift:
-        return Check("matrix", "environment", PASS, "package versions as recorded")
+        return Check("matrix", "environment", PASS, "package versions and commit as recorded")
     return Check("matrix", "environment", WARN,
-                 "versions differ: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(drift.items())))
+                 "differ: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(drift.items())))
 
 
-def score_interval(config_id: str, scores: Sequence[dict[str, Any]]) -> tuple[float, float] | None:
-    """With repeats, the 95 % bootstrap interval of the mean throughput over the repeats (else ``None``)."""
-    from suite.records.results import bootstrap_mean_ci
-
+def recorded_repeats(config_id: str, scores: Sequence[dict[str, Any]]) -> list[float] | None:
+    """With repeats, the recorded configuration's throughput per repeat (else ``None``)."""
     for score in scores:
         values = [v for v in score.get("throughput_values") or [] if v == v]
         if score.get("config_id") == config_id and len(values) >= 2:
-            return bootstrap_mean_ci(values)
+            return values
     return None
-
-
-def noise_band_for(config_id: str, scores: Sequence[dict[str, Any]], tolerance: float) -> float:
-    """3 x the recorded CV over repeats, never below ``tolerance``."""
-    for score in scores:
-        if score.get("config_id") == config_id and score.get("throughput_cv") is not None:
-            return max(3 * score["throughput_cv"], tolerance)
-    return tolerance
 
 
 def audit_recorded(recorded: Recorded, target: str, store: ResultsStore | None, rerun: bool = True,
@@ -377,13 +466,19 @@ def audit_recorded(recorded: Recorded, target: str, store: ResultsStore | None, 
     from suite.run.launch import launch
 
     report = AuditReport(target=target, audited_run_ids=[r.mlflow_run_id for r in recorded.results if r.mlflow_run_id])
+    computed: dict[tuple[Any, ...], dict[str, str]] = {}
     for result, manifest in zip(recorded.results, recorded.manifests, strict=True):
-        subject = RunConfig.from_dict(result.config).config_id + (f" repeat {result.repeat}" if result.repeat else "")
+        config = RunConfig.from_dict(result.config)
+        subject = config.config_id + (f" repeat {result.repeat}" if result.repeat else "")
         report.checks.append(check_config(subject, result.config, manifest))
+        report.checks.append(check_record_consistency(subject, result, manifest))
+        if not rerun and result.status == FINISHED:
+            report.checks.append(check_inputs_now(subject, config, manifest, computed))
     report.checks += record_checks([record_of(r, m) for r, m in zip(recorded.results, recorded.manifests, strict=True)])
     report.checks.append(environment_check(recorded.manifests))
     if not rerun:
-        report.checks.append(Check("matrix", "rerun", SKIP, "re-runs not requested (--no-rerun)"))
+        report.checks.append(Check("matrix", "rerun", SKIP, "re-runs not requested (--no-rerun): the inputs were "
+                                                            "recomputed instead (inputs_now)"))
         return report
     if store is None:
         raise ValueError("re-runs need a results folder (store)")
@@ -409,10 +504,20 @@ def audit_recorded(recorded: Recorded, target: str, store: ResultsStore | None, 
         new_manifest = store.manifest_of(new) or {}
         rerun_record = record_of(new, new_manifest or None, label=" (re-run)")
         report.checks += [*check_batch_size([rerun_record]), *check_loader([rerun_record])]
-        report.checks += compare_rerun(result, manifest, new, new_manifest,
-                                       noise_band_for(config_id, recorded.scores, throughput_tolerance), loss_rtol,
-                                       score_interval(config_id, recorded.scores))
+        report.checks += compare_rerun(result, manifest, new, new_manifest, throughput_tolerance, loss_rtol,
+                                       recorded_repeats(config_id, recorded.scores))
     return report
+
+
+def _verdicts_by_check(checks: Sequence[Check]) -> dict[str, str]:
+    """Each check's verdict over its subjects: FAIL if any failed, else INCONCLUSIVE if any, else PASS / WARN / SKIP."""
+    order = (FAIL, INCONCLUSIVE, WARN, PASS, SKIP)
+    verdicts: dict[str, str] = {}
+    for check in checks:
+        seen = verdicts.get(check.name)
+        if seen is None or order.index(check.verdict) < order.index(seen):
+            verdicts[check.name] = check.verdict
+    return verdicts
 
 
 def _tag_safe(text: str) -> str:
@@ -433,7 +538,7 @@ def log_audit_to_mlflow(report: AuditReport, gateway: Any, experiment: str, arti
             audited_parent = None
     run_tags = {tags.ROLE: "audit", "suite.audited_target": report.target[:5000],
                 "suite.audited_run_ids": ",".join(report.audited_run_ids)[:5000],
-                "suite.verdict": PASS if report.passed else FAIL}
+                "suite.verdict": report.verdict}
     if audited_parent:
         run_tags["suite.audited_run_id"] = audited_parent
     run_id = gateway.create_run(experiment_id, f"audit-{time.strftime('%Y%m%d-%H%M%S')}", run_tags,
@@ -442,6 +547,8 @@ def log_audit_to_mlflow(report: AuditReport, gateway: Any, experiment: str, arti
     counts = {v: sum(c.verdict == v for c in report.checks) for v in (PASS, FAIL, INCONCLUSIVE, WARN, SKIP)}
     check_tags = {f"check.{i:03d}.{_tag_safe(c.subject)}.{c.name}"[:250]: f"{c.verdict}: {c.detail}"[:5000]
                   for i, c in enumerate(report.checks)}
+    check_tags.update({f"suite.verdict.{_tag_safe(name)}"[:250]: verdict  # per check, over its subjects
+                       for name, verdict in _verdicts_by_check(report.checks).items()})
     gateway.log(run_id, metrics=[(f"checks_{k.lower()}", float(v), now, 0) for k, v in counts.items()],
                 tags=check_tags)
     gateway.log_artifact(run_id, artifact)

@@ -3,8 +3,11 @@
 The reference's lesson is that the best ``dataloader_num_workers`` depends on the machine and must be
 measured. ``suite tune`` runs one configuration over ``num_workers`` 0..N (N = the core count by default)
 and, for N > 0, over prefetch factors, each as an ordinary recorded run of the suite (fresh process,
-MLflow, results.json); then it recommends the *smallest* setting whose throughput is within a tolerance
-of the best one (fewer workers cost host RAM and cores the training step could use), and plots the sweep.
+MLflow, results.json); then it recommends the fastest setting, unless a smaller one is *equivalent* to it within
+the tolerance by the audit's equivalence test (:mod:`suite.analysis.equivalence`: the 90 % interval of the throughput
+ratio, from both runs' step times, lies inside the band; fewer workers cost host RAM and cores the training step
+could use). Overlapping intervals alone show no difference, not equality: they never make a setting "as good".
+A contended point is never found equivalent. It plots the sweep.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from suite.analysis.equivalence import INCONCLUSIVE, PASS, ratio_test
 from suite.analysis.plots import finish_workers_axis
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError
@@ -35,6 +39,7 @@ class TunePoint:
     ci_low: float | None = None  # 95 % interval of the throughput (block bootstrap over its steps)
     ci_high: float | None = None
     contended: bool = False  # other work used the machine during its measured window
+    vs_best: str = ""  # the equivalence test against the best setting: "best", PASS, FAIL or INCONCLUSIVE, and why
 
     @property
     def label(self) -> str:
@@ -80,7 +85,7 @@ def analyse(results: Sequence[RunResult], tolerance: float) -> TuneOutcome:
     """Best and recommended settings over the finished runs; raises if none finished."""
     if not 0 <= tolerance < 1:
         raise ConfigError(f"tolerance must be in [0, 1), got {tolerance}")
-    points = []
+    points, steps = [], []
     for result in results:
         config, m = result.config, result.metrics
         points.append(TunePoint(
@@ -91,17 +96,30 @@ def analyse(results: Sequence[RunResult], tolerance: float) -> TuneOutcome:
             ci_low=m.get("throughput_ci95_low", m.get("throughput_samples_per_s")),
             ci_high=m.get("throughput_ci95_high", m.get("throughput_samples_per_s")),
             contended=bool((result.facts.get("contention") or {}).get("contended"))))
-    finished = [p for p in points if p.status == FINISHED and p.throughput_samples_per_s is not None]
+        steps.append(list(result.facts.get("step_times_s") or []))
+    finished = [i for i, p in enumerate(points) if p.status == FINISHED and p.throughput_samples_per_s is not None]
     if not finished:
         raise ConfigError("no configuration of the sweep finished; see the reasons in results.json")
-    best = max(finished, key=lambda p: p.throughput_samples_per_s or 0.0)
-    threshold = (1 - tolerance) * (best.throughput_samples_per_s or 0.0)
-    best_low = best.ci_low if best.ci_low is not None else best.throughput_samples_per_s or 0.0
-    good = [p for p in finished if (p.throughput_samples_per_s or 0.0) >= threshold
-            or (p.ci_high is not None and p.ci_high >= best_low)]
+    top = max(finished, key=lambda i: points[i].throughput_samples_per_s or 0.0)
+    for i in finished:
+        points[i] = dataclasses.replace(points[i], vs_best=_against_best(points[top], steps[top], points[i], steps[i],
+                                                                         tolerance) if i != top else "best")
+    best = points[top]
+    good = [best] + [points[i] for i in finished if points[i].vs_best.startswith(PASS)]
     recommended = min(good, key=lambda p: (p.num_workers, p.prefetch_factor or 0,
                                            p.host_ram_peak_pss_bytes or float("inf")))
     return TuneOutcome(points, best, recommended, tolerance)
+
+
+def _against_best(best: TunePoint, best_steps: list[float], point: TunePoint, steps: list[float],
+                  tolerance: float) -> str:
+    """The equivalence test of ``point``'s throughput against the best one's: its verdict and why."""
+    if best.contended or point.contended:
+        return f"{INCONCLUSIVE}: measured under contention"
+    if len(best_steps) < 2 or len(steps) < 2 or tolerance == 0:
+        return f"{INCONCLUSIVE}: " + ("no tolerance" if tolerance == 0 else "fewer than two step times recorded")
+    test = ratio_test(best_steps, steps, tolerance)
+    return f"{test.verdict}: ratio {test.ratio:.3f} [{test.low:.3f}, {test.high:.3f}] to the best"
 
 
 def plot(outcome: TuneOutcome, path: Path, title: str) -> Path:

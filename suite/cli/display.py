@@ -277,6 +277,13 @@ def print_results_table(results: Sequence[RunResult]) -> None:
     wide_console().print(table)
     if any(r.config.get("device") == "cpu" for r in results):
         print(DEVICE_MEMORY_NOTE)
+    busy = [r for r in results if r.status == FINISHED and (r.facts.get("contention") or {}).get("contended")]
+    if busy:
+        shares = ", ".join(f"{_plain(RunConfig.from_dict(r.config).describe())} (others used "
+                           f"{r.facts['contention'].get('others_share', 0):.0%} of the cores)" for r in busy)
+        print(f"suite: warning: measured while other work used the machine: {shares}. Those figures are not the "
+              "machine's, and an audit gives them no verdict: measure again on a quiet machine, or with --repeats N "
+              "to see the spread.", file=sys.stderr)
 
 
 def print_scores_table(scores: Sequence[ConfigScore]) -> None:
@@ -305,6 +312,9 @@ def print_checks(report: Any) -> None:
     for c in report.checks:
         table.add_row(_plain(c.subject), _plain(c.name), f"[{colours[c.verdict]}]{c.verdict}[/]", _plain(c.detail))
     wide_console().print(table)
+    counts = ", ".join(f"{sum(c.verdict == v for c in report.checks)} {v}" for v in colours
+                       if any(c.verdict == v for c in report.checks))
+    print(f"audit verdict: {report.verdict} ({counts})")
 
 
 def print_compare_table(rows: Sequence[Any], base: Any, ratios: Sequence[float]) -> None:
@@ -341,8 +351,9 @@ def print_tune_table(outcome: Any) -> None:
 
     table = Table(title="suite tune: every setting, with its spread")
     for column in ("setting", "status", "samples/s", "95% interval", "spread", "data-wait", "host PSS MiB", "host",
-                   "pick"):
-        table.add_column(column, justify="left" if column in ("setting", "status", "pick") else "right")
+                   "vs best (equivalence)", "pick"):
+        table.add_column(column, justify="left" if column in ("setting", "status", "pick", "vs best (equivalence)")
+                         else "right")
     for point in outcome.points:
         finished = point.status == FINISHED and point.throughput_samples_per_s is not None
         has_interval = finished and point.ci_low is not None and point.ci_high is not None
@@ -355,7 +366,7 @@ def print_tune_table(outcome: Any) -> None:
             f"±{(point.ci_high - point.ci_low) / 2 / point.throughput_samples_per_s:.0%}" if has_interval else "-",
             f"{point.data_wait_fraction:.0%}" if finished and point.data_wait_fraction is not None else "-",
             f"{point.host_ram_peak_pss_bytes / MiB:.0f}" if finished and point.host_ram_peak_pss_bytes else "-",
-            "BUSY" if point.contended else "quiet", pick)
+            "BUSY" if point.contended else "quiet", _plain(point.vs_best or "-"), pick)
     wide_console().print(table)
 
 

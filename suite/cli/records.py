@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from suite.cli import options
 from suite.cli.display import print_checks, print_compare_table, stamp, wide_console
-from suite.errors import SuiteError
+from suite.errors import ConfigError, SuiteError
 
 
 def add_parsers(sub: Any) -> None:
@@ -19,20 +19,30 @@ def add_parsers(sub: Any) -> None:
         "audit", help="re-run a recorded matrix from its manifests and give a verdict per check",
         description="Audit TARGET: a results folder, an MLflow run id (matrix or configuration), or a "
                     "published-results file (reference/*.json). Checks: the manifest's config is results.json's, "
-                    "batch size logged = used, equal warm-up accounting, loader/workers/prefetch observed = "
-                    "requested, re-run from the manifest with identical inputs, loss digest (bit-identical on the "
-                    "same device kind, else within --loss-rtol), throughput within the noise band, package drift. "
-                    "Exit status 1 when a check fails.")
-    audit.add_argument("target", help="results folder, MLflow run id, or reference JSON file")
+                    "every headline recomputed from the stored step times, batch size logged = used, equal warm-up "
+                    "accounting, loader/workers/prefetch observed = requested, re-run from the manifest with "
+                    "identical inputs (with --no-rerun: the inputs' fingerprints recomputed now), loss digest "
+                    "(bit-identical on the same device kind, else within --loss-rtol), throughput equivalence "
+                    "(the 90 %% interval of the ratio re-run/recorded inside +-tolerance: PASS; wholly outside: "
+                    "FAIL; else, or on a contended run, INCONCLUSIVE), package and commit drift (WARN). Exit "
+                    "status: 0 PASS, 1 FAIL (any check failed), 3 INCONCLUSIVE (none failed, one could not "
+                    "decide). --calibrate prints the throughput test's error rates on synthetic series instead.")
+    audit.add_argument("target", nargs="?", help="results folder, MLflow run id, or reference JSON file")
     options.add_tracking_option(audit, " of the target run and of the audit record")
     options.add_output_option(audit, "./suite-results/audit-<time>: a results folder of the re-runs, with audit.json")
     audit.add_argument("--no-rerun", action="store_true", help="check the records only")
     audit.add_argument("--loss-rtol", type=float, default=DEFAULT_LOSS_RTOL,
                        help="relative loss tolerance across device kinds (default: %(default)s)")
-    audit.add_argument("--throughput-tolerance", type=float, default=DEFAULT_THROUGHPUT_TOLERANCE,
-                       help="throughput change that passes even when the 95 %% intervals of the recorded run "
-                            "and the re-run do not overlap, relative; 3 x the recorded CV when repeats were scored "
-                            "and that is larger (default: %(default)s)")
+    audit.add_argument("--throughput-tolerance", type=options.float_above(0.0), default=DEFAULT_THROUGHPUT_TOLERANCE,
+                       help="the declared equivalence band of the throughput ratio re-run/recorded, relative "
+                            "(default: %(default)s, i.e. +-10 %%); recorded in the audit")
+    audit.add_argument("--calibrate", action="store_true",
+                       help="no audit: the throughput test's false-FAIL and false-PASS rates over synthetic "
+                            "step-time series (AR(1), drift, spikes, between-run shifts), as JSON")
+    audit.add_argument("--pairs", type=options.int_at_least(10), default=1000, help="--calibrate: pairs of runs "
+                                                                                "(default: %(default)s)")
+    audit.add_argument("--steps", type=options.int_at_least(2), default=30, help="--calibrate: measured steps per run "
+                                                                              "(default: %(default)s)")
     options.add_progress_option(audit)
     audit.set_defaults(func=cmd_audit)
 
@@ -124,11 +134,20 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.recorders import MlflowGateway
     from suite.recorders.mlflow_gateway import normalize_uri
 
+    if args.calibrate:
+        from suite.analysis.equivalence import calibrate
+
+        print(json.dumps(calibrate(pairs=args.pairs, steps=args.steps, tolerance=args.throughput_tolerance),
+                         indent=2))
+        return 0
+    if args.target is None:
+        raise ConfigError("suite audit needs a TARGET (a results folder, an MLflow run id or a reference file), "
+                          "or --calibrate")
     target = Path(args.target)
     if target.is_file():
         report = audit_reference(target)
         print_checks(report)
-        return 0 if report.passed else 1
+        return report.exit_status
     gateway = MlflowGateway(args.tracking_uri)
     recorded = _load_recorded(args.target, gateway)
     workload = recorded.results[0].config["workload"]
@@ -141,14 +160,15 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
         with display:
             report = audit_recorded(recorded, args.target, store, rerun=not args.no_rerun, loss_rtol=args.loss_rtol,
                                     throughput_tolerance=args.throughput_tolerance, progress=display)
-        audit_file = store.write_json("audit.json", report.as_dict())
-        store.finish("FINISHED", None if report.passed else "a check failed")
+        audit_file = store.write_json("audit.json", {**report.as_dict(),
+                                                     "throughput_tolerance": args.throughput_tolerance})
+        store.finish("FINISHED", None if report.passed else f"audit verdict {report.verdict}")
     finally:
         store.release()
     run_id = log_audit_to_mlflow(report, gateway, workload, audit_file)
     print_checks(report)
     print(f"audit: {audit_file}\nmlflow audit run: {run_id}")
-    return 0 if report.passed else 1
+    return report.exit_status
 
 
 def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:

@@ -81,7 +81,7 @@ def _on_device(decoder: Decoder, encoded: Sequence[bytes], host: dict[int, str],
             if exc.image_index in host:
                 raise
             host[exc.image_index] = f"{decoder.name} failed: {' '.join(str(exc).split())[:200]}"
-        except Exception as exc:  # noqa: BLE001 - which image? each alone, among placeholders
+        except Exception:  # noqa: BLE001 - which image? each alone, among placeholders
             culprits = {}
             for index in [i for i in range(len(encoded)) if i not in host]:
                 try:

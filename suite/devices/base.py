@@ -51,6 +51,16 @@ class DeviceMemory:
     extra: dict[str, int] = field(default_factory=dict)
 
 
+def seed_everything(seed: int) -> None:
+    """Seed the host's RNGs as every run does: Python, NumPy, torch (CPU and, where present, CUDA)."""
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
 class TrainingOps:
     """The optimizer and the gradient clipping a device runs: torch's AdamW and ``clip_grad_norm_`` here; a device
     with its own (Habana's fused ones) returns another from :meth:`DeviceAdapter.training_ops`."""
@@ -172,12 +182,7 @@ class DeviceAdapter(ABC):
     # --- numerics ---------------------------------------------------------------------------
     def seed(self, seed: int) -> None:
         """Seed every RNG involved: Python, NumPy, torch, and the device's own generators."""
-        import numpy as np
-        import torch
-
-        random.seed(seed)
-        np.random.seed(seed % 2**32)
-        torch.manual_seed(seed)
+        seed_everything(seed)
         self._seed_device(seed)
 
     def _seed_device(self, seed: int) -> None:

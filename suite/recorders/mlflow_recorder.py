@@ -35,7 +35,7 @@ EXPERIMENT_NOTE = (
     "process's RSS high-water mark), quality/eval_accuracy.")
 
 #: Facts logged as metric histories (per step), not as tags.
-HISTORIES = ("step_times_s", "evaluations")
+HISTORIES = ("step_times_s", "data_wait_s", "evaluations")
 #: Facts logged as one JSON artifact each instead of a tag per entry (``<name>.json``).
 JSON_ARTIFACTS = ("accelerator_environment",)
 

@@ -65,27 +65,42 @@ class ReportContent:
         return [r for r in self.rows if r.contended]
 
     def headline(self) -> str:
-        """One sentence: the best configuration, and its speed-up over its own baseline."""
+        """One sentence: the best configuration, and its speed-up over its own baseline, stated as a speed-up only
+        when their 95 % intervals separate (else: no significant difference)."""
         best = self.best
         text = f"Best: {best.label} at {best.metrics[THROUGHPUT]:.1f} samples/s"
         speedup = self.speedups.get(best.config_id)
-        is_baseline = best.config.num_workers == 0 and best.config.loader == "cpu"
-        if speedup is not None and not is_baseline:
-            text += f", {speedup:.2f}x over workers=0 loader=cpu on the same device"
-        return text + "."
+        base = baseline_of(best, self.rows)
+        if speedup is None or base is None or base is best:
+            return text + "."
+        if intervals_separate(best, base):
+            return text + f", {speedup:.2f}x over workers=0 loader=cpu on the same device (95 % intervals apart)."
+        return text + (f"; no significant difference from workers=0 loader=cpu on the same device ({speedup:.2f}x, "
+                       "but their 95 % intervals overlap or were not recorded).")
+
+
+def baseline_of(row: Row, rows: Sequence[Row]) -> Row | None:
+    """The row of workers 0 with the CPU loader and otherwise ``row``'s axes (device, precision, engine, prefetch,
+    processes, batch...): the blog's baseline; ``None`` where it was not run."""
+    import dataclasses
+
+    base_config = dataclasses.replace(row.config, num_workers=0, loader="cpu",
+                                      prefetch_factor=None)  # torch refuses a prefetch factor at 0 workers
+    return next((r for r in rows if r.config_id == base_config.config_id), None)
+
+
+def intervals_separate(faster: Row, slower: Row) -> bool:
+    """Whether ``faster``'s 95 % throughput interval lies wholly above ``slower``'s (both recorded)."""
+    low, high = faster.metrics.get("throughput_ci95_low"), slower.metrics.get("throughput_ci95_high")
+    return low is not None and high is not None and low > high
 
 
 def baseline_speedups(rows: Sequence[Row]) -> dict[str, float | None]:
-    """Each row's throughput over the row of workers 0 with the CPU loader and otherwise the same axes (device,
-    precision, engine, prefetch, processes, batch...), as the blog's table; ``None`` where that row was not run."""
-    import dataclasses
-
-    by_id = {r.config_id: r for r in rows}
+    """Each row's throughput over its :func:`baseline_of` row, as the blog's table; ``None`` where that row was not
+    run."""
     out: dict[str, float | None] = {}
     for row in rows:
-        base_config = dataclasses.replace(row.config, num_workers=0, loader="cpu",
-                                          prefetch_factor=None)  # torch refuses a prefetch factor at 0 workers
-        base = by_id.get(base_config.config_id)
+        base = baseline_of(row, rows)
         out[row.config_id] = row.metrics[THROUGHPUT] / base.metrics[THROUGHPUT] if base else None
     return out
 

@@ -163,7 +163,10 @@ def sections(content: ReportContent) -> list[Section]:
     if content.audit:
         verdicts = Table(["subject", "check", "verdict", "detail"],
                          [[a.subject, a.name, a.verdict, a.detail] for a in content.audit])
-        out.append(Section("Audit", [f"{sum(a.verdict == 'FAIL' for a in content.audit)} check(s) failed."],
+        counts = {v: sum(a.verdict == v for a in content.audit) for v in ("FAIL", "INCONCLUSIVE", "PASS")}
+        verdict = "FAIL" if counts["FAIL"] else "INCONCLUSIVE" if counts["INCONCLUSIVE"] else "PASS"
+        out.append(Section("Audit", [f"Verdict {verdict}: {counts['FAIL']} check(s) failed, {counts['INCONCLUSIVE']} "
+                                     f"inconclusive, {counts['PASS']} passed; each with its numbers below."],
                            [verdicts]))
     provenance = Table(["", ""], [[k, str(v)] for k, v in content.provenance.items()]
                        + [[f"version {k}", v] for k, v in content.versions.items()])

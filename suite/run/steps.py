@@ -91,7 +91,8 @@ class TrainingSteps:
             result.metrics.update(stats.as_dict())
             warmup = self.timings[:self.config.warmup_steps]
             result.metrics["warmup_wall_s"] = sum(t.step_time_s for t in warmup)  # the warm-up steps' own time
-            result.facts["step_times_s"] = list(stats.step_times_s)  # every measured step, for later analysis
+            result.facts["step_times_s"] = list(stats.step_times_s)  # every measured step: the audit recomputes
+            result.facts["data_wait_s"] = list(stats.data_waits_s)  # every headline from these two
             if any(self.decoder_builds):  # a decoder pipeline built on a step's clock: said, never hidden
                 result.metrics["decoder_builds_in_measured_steps"] = float(
                     sum(self.decoder_builds[self.config.warmup_steps:]))

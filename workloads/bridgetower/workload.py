@@ -84,6 +84,14 @@ def build_model(preset: BridgeTowerPreset, weights: str | None) -> Any:
     return BridgeTowerForContrastiveLearning(BridgeTowerConfig(**preset.model_config))
 
 
+def initial_model(preset: BridgeTowerPreset, weights: str | None) -> Any:
+    """The model a run starts from (after seeding): :func:`build_model` with the text pooler removed, as the reference
+    freezes it (unused by the loss)."""
+    model = build_model(preset, weights)
+    model.bridgetower.text_model.pooler = None
+    return model
+
+
 def weights_fingerprint(model: torch.nn.Module) -> str:
     """sha256 over every parameter and buffer (name, dtype, shape, bytes), in state-dict order."""
     digest = hashlib.sha256()
@@ -162,6 +170,20 @@ class BridgeTowerWorkload(Workload):
         return {"dataset": described, "tokenizer": tokenizer, "warnings": warnings}
 
     @classmethod
+    def input_fingerprints(cls, config: RunConfig) -> dict[str, str]:
+        """The dataset's fingerprint from its files, the tokenizer's, and the initial weights' hash of the model built
+        from the seed (every RNG seeded as a run seeds it before building the model), without training."""
+        from suite.devices.base import seed_everything
+
+        preset = PRESETS[config.preset]
+        dataset = cls._open(config).fingerprint()
+        tokenizer, _ = resolve_tokenizer(preset.tokenizer, preset.vocab_size, config.weights, config.tokenizer)
+        seed_everything(config.seed)
+        weights = weights_fingerprint(initial_model(preset, config.weights))
+        return {"dataset_fingerprint": dataset, "tokenizer_sha256": tokenizer_fingerprint(tokenizer),
+                "initial_weights_sha256": weights}
+
+    @classmethod
     def recipe_deviations(cls, config: RunConfig) -> list[str]:
         """Differences from the published recipe (:data:`workloads.bridgetower.presets.PUBLISHED_RECIPE`); the
         dataloader worker count and the loader are what the benchmark varies, not part of the recipe."""
@@ -222,11 +244,10 @@ class BridgeTowerWorkload(Workload):
 
         with clock.phase("model"):
             self.device.prepare_framework()
-            model = build_model(preset, config.weights)
+            model = initial_model(preset, config.weights)
             vocab_size = model.config.text_config.vocab_size
             if len(tokenizer) > vocab_size:
                 raise SuiteError(f"tokenizer has {len(tokenizer)} tokens but the model's vocabulary has {vocab_size}")
-            model.bridgetower.text_model.pooler = None  # frozen in the reference (unused by the loss)
             self._facts.update(
                 parameters=sum(p.numel() for p in model.parameters()),
                 trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),

@@ -18,6 +18,24 @@ class AbsentStandInAdapter(CPUAdapter):
         return Availability(False, "stand-in accelerator is not present on this machine")
 
 
+class VanishingStandInAdapter(CPUAdapter):
+    """A device that is there when asked but gone when a configuration sets it up (unplugged, taken by another job):
+    exercises the FAILED-configuration path that the up-front refusal cannot catch."""
+
+    name = "vanishing-standin"
+    description = "test stand-in for a device that disappears after the availability check"
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return Availability(True, "", {"device_name": "stand-in"})
+
+    def _create_device(self):
+        from suite.errors import DeviceUnavailableError
+
+        raise DeviceUnavailableError("device 'vanishing-standin' is not available: stand-in accelerator vanished "
+                                     "after the check")
+
+
 class ProbeRecordingAdapter(CPUAdapter):
     """A device whose availability question opens it (as CUDA's and Habana's do): it notes the process that asked in
     the file named by $SUITE_TEST_PROBE_FILE, so a test can tell which process held it."""
