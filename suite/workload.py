@@ -59,6 +59,13 @@ class Workload(ABC):
         raise NotImplementedError(f"workload {cls.name!r} cannot recompute its input fingerprints")
 
     @classmethod
+    def loader_pixels(cls, config: "RunConfig", device: "DeviceAdapter", count: int) -> dict[str, Any]:
+        """The first ``count`` samples' model input as ``config.loader`` makes it on ``device`` (``pixels``), and
+        as the reference preprocessing makes it from the same files (``reference``), for ``suite audit --loaders``.
+        Raises ``NotImplementedError`` where the workload cannot."""
+        raise NotImplementedError(f"workload {cls.name!r} cannot compare its loaders")
+
+    @classmethod
     def loader_benchmark(cls, options: Mapping[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
         """``suite bench-loader``: the workload's input pipelines side by side (see its documentation).
 

@@ -238,3 +238,23 @@ def test_a_rerun_beside_two_busy_loops_is_inconclusive_with_exit_3(recorded, tmp
     audits = [r for r in client.search_runs([client.get_experiment_by_name("bridgetower").experiment_id])
               if r.data.tags.get("suite.role") == "audit"]
     assert audits and audits[0].data.tags["suite.verdict"] == INCONCLUSIVE
+
+
+@pytest.mark.e2e
+@pytest.mark.mechanics
+def test_every_loader_is_compared_with_the_reference_on_the_same_images(recorded, tmp_path):
+    """Issue 26, point 7 (optimum-habana's media pipe moved the loss, their PR #256): each loader's model input and
+    first losses against the reference loader's, with a declared tolerance. With a pixel tolerance of 0.001, DALI's
+    own resampling (mean |difference| ~0.03) fails while cpu-fast (float16 rounding) and device (Pillow) pass."""
+    tmp, uri = recorded
+    code, report = _audit(tmp / "out", tmp_path, uri, "--no-rerun", "--loaders", "--loader-steps", "3",
+                          "--loader-images", "8", "--loader-pixel-tolerance", "0.001")
+    checks = {(c["subject"].split("loader=")[-1], c["name"]): c for c in report["checks"]
+              if c["name"].startswith("loader_")}
+    for loader in ("cpu", "cpu-fast", "device"):
+        assert checks[(loader, "loader_pixels")]["verdict"] == PASS, checks[(loader, "loader_pixels")]
+    for loader in ("cpu-fast", "device", "dali"):
+        assert checks[(loader, "loader_losses")]["verdict"] == PASS, checks[(loader, "loader_losses")]
+    dali = checks[("dali", "loader_pixels")]
+    assert dali["verdict"] == FAIL and "PSNR" in dali["detail"] and "tolerance 0.001" in dali["detail"]
+    assert code == 1 and report["verdict"] == FAIL

@@ -460,9 +460,23 @@ def recorded_repeats(config_id: str, scores: Sequence[dict[str, Any]]) -> list[f
 
 def audit_recorded(recorded: Recorded, target: str, store: ResultsStore | None, rerun: bool = True,
                    loss_rtol: float = DEFAULT_LOSS_RTOL, throughput_tolerance: float = DEFAULT_THROUGHPUT_TOLERANCE,
-                   progress: Any = None) -> AuditReport:
+                   progress: Any = None, loaders: Any = None) -> AuditReport:
     """Record checks on every run; with ``rerun``, each configuration run again into ``store`` (the audit's
-    own results folder) and compared with its first recorded run."""
+    own results folder) and compared with its first recorded run; with ``loaders`` (a
+    :class:`~suite.analysis.loaders.LoaderAudit`), every loader against the reference (:mod:`.loaders`)."""
+    report = _audit_records(recorded, target, store, rerun, loss_rtol, throughput_tolerance, progress)
+    if loaders is not None:
+        from suite.analysis.loaders import loader_checks
+
+        if store is None:
+            raise ValueError("the loader comparison needs a results folder (store)")
+        configs = [RunConfig.from_dict(r.config) for r in recorded.results]
+        report.checks += loader_checks(configs, store, progress, loaders, ["suite", "audit", target, "--loaders"])
+    return report
+
+
+def _audit_records(recorded: Recorded, target: str, store: ResultsStore | None, rerun: bool, loss_rtol: float,
+                   throughput_tolerance: float, progress: Any) -> AuditReport:
     from suite.run.launch import launch
 
     report = AuditReport(target=target, audited_run_ids=[r.mlflow_run_id for r in recorded.results if r.mlflow_run_id])

@@ -94,12 +94,12 @@ def add_parsers(sub: Any) -> None:
     run.set_defaults(func=cmd_run)
 
     tune = sub.add_parser(
-        "tune", help="find the smallest dataloader_num_workers / prefetch factor within a few %% of the best",
+        "tune", help="find the smallest dataloader_num_workers / prefetch factor equivalent to the best",
         description="Run one configuration over dataloader_num_workers 0..--max-workers and, for workers > 0, "
-                    "each --prefetch-factors value (each a recorded run, as `suite run`), recommend the smallest "
-                    "setting not significantly slower than the best (its 95 % throughput interval reaches the "
-                    "best's, or it is "
-                    "within --tolerance), and plot throughput and host PSS "
+                    "each --prefetch-factors value (each a recorded run, as `suite run`), recommend the fastest "
+                    "setting unless a smaller one is equivalent to it within --tolerance (the 90 % interval of "
+                    "their throughput ratio, from both runs' step times, inside the band: the audit's test; a "
+                    "busy-host point never is), and plot throughput and host PSS "
                     "(tune.png, tune.json in the results folder; logged to the MLflow tune run with the pick as "
                     "tags).")
     options.add_configuration_options(tune, matrix=False, steps_default=20)
@@ -108,9 +108,9 @@ def add_parsers(sub: Any) -> None:
     tune.add_argument("--prefetch-factors", type=options.parse_list(options.int_at_least(1), "prefetch factors"),
                       default=(2,), help="prefetch factors tried for workers > 0, comma-separated (default: 2, "
                                          "torch's)")
-    tune.add_argument("--tolerance", type=float, default=0.0,
-                      help="also accept a setting within this fraction of the best throughput (default: 0: only the "
-                           "intervals decide)")
+    tune.add_argument("--tolerance", type=options.float_above(0.0, inclusive=True), default=0.10,
+                      help="the equivalence band, a fraction of the best throughput (default: %(default)s; 0: always "
+                           "the fastest)")
     options.add_output_option(tune, "./suite-results/tune-<time>")
     options.add_recording_options(tune)
     tune.set_defaults(func=cmd_tune)

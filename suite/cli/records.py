@@ -13,6 +13,7 @@ from suite.errors import ConfigError, SuiteError
 
 
 def add_parsers(sub: Any) -> None:
+    from suite.analysis import loaders as loader_audit
     from suite.analysis.audit import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
 
     audit = sub.add_parser(
@@ -36,6 +37,20 @@ def add_parsers(sub: Any) -> None:
     audit.add_argument("--throughput-tolerance", type=options.float_above(0.0), default=DEFAULT_THROUGHPUT_TOLERANCE,
                        help="the declared equivalence band of the throughput ratio re-run/recorded, relative "
                             "(default: %(default)s, i.e. +-10 %%); recorded in the audit")
+    audit.add_argument("--loaders", action="store_true",
+                       help="also compare every loader the device runs with the reference loader on the same images: "
+                            "model input (mean |difference|, PSNR, channel means/stds) and the first training "
+                            "steps' losses")
+    audit.add_argument("--loader-images", type=options.int_at_least(1), default=loader_audit.DEFAULT_IMAGES,
+                       help="--loaders: images compared (default: %(default)s)")
+    audit.add_argument("--loader-steps", type=options.int_at_least(1), default=loader_audit.DEFAULT_STEPS,
+                       help="--loaders: training steps compared (default: %(default)s)")
+    audit.add_argument("--loader-pixel-tolerance", type=options.float_above(0.0),
+                       default=loader_audit.DEFAULT_PIXEL_TOLERANCE,
+                       help="--loaders: largest mean |difference| of the model input, normalized units "
+                            "(default: %(default)s)")
+    audit.add_argument("--loader-loss-rtol", type=options.float_above(0.0), default=loader_audit.DEFAULT_LOSS_RTOL,
+                       help="--loaders: largest relative difference of the first losses (default: %(default)s)")
     audit.add_argument("--calibrate", action="store_true",
                        help="no audit: the throughput test's false-FAIL and false-PASS rates over synthetic "
                             "step-time series (AR(1), drift, spikes, between-run shifts), as JSON")
@@ -127,6 +142,15 @@ def _load_recorded(target: str, gateway: Any) -> Any:
     return load_mlflow_run(gateway, target)
 
 
+def _loader_audit(args: argparse.Namespace) -> Any:
+    if not args.loaders:
+        return None
+    from suite.analysis.loaders import LoaderAudit
+
+    return LoaderAudit(images=args.loader_images, steps=args.loader_steps,
+                       pixel_tolerance=args.loader_pixel_tolerance, loss_rtol=args.loader_loss_rtol)
+
+
 def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.analysis.audit import audit_recorded, audit_reference, log_audit_to_mlflow
     from suite.cli.display import PlainProgress, RichProgress
@@ -159,7 +183,8 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
         display = PlainProgress() if args.no_progress else RichProgress(len(recorded.results))
         with display:
             report = audit_recorded(recorded, args.target, store, rerun=not args.no_rerun, loss_rtol=args.loss_rtol,
-                                    throughput_tolerance=args.throughput_tolerance, progress=display)
+                                    throughput_tolerance=args.throughput_tolerance, progress=display,
+                                    loaders=_loader_audit(args))
         audit_file = store.write_json("audit.json", {**report.as_dict(),
                                                      "throughput_tolerance": args.throughput_tolerance})
         store.finish("FINISHED", None if report.passed else f"audit verdict {report.verdict}")

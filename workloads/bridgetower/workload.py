@@ -184,6 +184,29 @@ class BridgeTowerWorkload(Workload):
                 "initial_weights_sha256": weights}
 
     @classmethod
+    def loader_pixels(cls, config: RunConfig, device: Any, count: int) -> dict[str, Any]:
+        """The first ``count`` samples through ``config.loader``'s own code (worker stage and device stage, or the
+        device's decoder with its host fallback) on ``device``, beside the reference preprocessing of the same
+        files (Pillow, resize, crop, normalize: the published method)."""
+        from suite.imaging import decode_to_rgb_tensor
+        from workloads.bridgetower.data.loader import collate
+
+        source = cls._open(config)
+        size, n = PRESETS[config.preset].image_size, min(count, len(source))
+        ids = torch.zeros((len(source), 1), dtype=torch.long)
+        dataset = CaptionedImages(source, ids, ids, config.loader, size, device.torch_device.type, image_bounds(config))
+        batch = collate([dataset[i] for i in range(n)])
+        if "images" in batch:
+            pixels = dataset.pipeline.device_stage(batch["images"], device.torch_device)
+        else:
+            pixels, _, _ = decode_on_device(device, batch["encoded_images"], batch["image_names"], size, config.loader,
+                                            batch["image_kinds"])
+        reference = torch.stack([preprocess_image(device.to_device(decode_to_rgb_tensor(source.read_bytes(i))), size)
+                                 for i in range(n)])
+        return {"pixels": pixels.float(), "reference": reference.float(), "images": [source.name_of(i)
+                                                                                     for i in range(n)]}
+
+    @classmethod
     def recipe_deviations(cls, config: RunConfig) -> list[str]:
         """Differences from the published recipe (:data:`workloads.bridgetower.presets.PUBLISHED_RECIPE`); the
         dataloader worker count and the loader are what the benchmark varies, not part of the recipe."""
