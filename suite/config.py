@@ -47,11 +47,23 @@ DEFAULT_LOADER_TIMEOUT_S = 300.0
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")  # what may appear in a config id part
 
 
-def _require_int(name: str, value: Any, minimum: int) -> None:
+#: The largest count of steps, workers, processes... a configuration may name: far beyond any real run, and small
+#: enough that every counter, timer and ETA built on it stays a finite machine number.
+MAX_COUNT = 10**9
+#: The largest seed: torch's generators take 64-bit seeds (a 24-digit seed failed every configuration).
+MAX_SEED = 2**63 - 1
+#: The longest time limit, seconds (about 31 years): larger ones (1e400 is infinity) disabled the watchdog.
+MAX_SECONDS = 1e9
+
+
+def _require_int(name: str, value: Any, minimum: int, maximum: int = MAX_COUNT) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
     if value < minimum:
         raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+    if value > maximum:
+        shown = str(value) if len(str(value)) <= 30 else f"a {len(str(value))}-digit number"
+        raise ConfigError(f"{name} must be <= {maximum:,}, got {shown}")
 
 
 def _require_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -103,7 +115,7 @@ class RunSettings:
         _require_name("preset", self.preset)
         _require_int("steps", self.steps, 1)
         _require_int("warmup_steps", self.warmup_steps, 0)
-        _require_int("seed", self.seed, 0)
+        _require_int("seed", self.seed, 0, MAX_SEED)
         if self.batch_size is not None:
             _require_int("batch_size", self.batch_size, 1)
         for name in ("dataset", "weights"):
@@ -124,7 +136,7 @@ class RunSettings:
             _require_int("prefetch_factor", self.prefetch_factor, 1)
         for name in ("max_image_pixels", "max_image_bytes"):
             if getattr(self, name) is not None:
-                _require_int(name, getattr(self, name), 1)
+                _require_int(name, getattr(self, name), 1, 2**48)
         if not isinstance(self.allow_outside_links, bool):
             raise ConfigError(f"allow_outside_links must be true or false, got {self.allow_outside_links!r}")
         if self.eval_every is not None:
@@ -146,8 +158,10 @@ class RunSettings:
             raise ConfigError(f"clear_caches must be true or false, got {self.clear_caches!r}")
         for name in ("timeout_s", "loader_timeout_s"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise ConfigError(f"{name} must be a number of seconds >= 0 (0: no limit), got {value!r}")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or
+                                      not 0 <= value <= MAX_SECONDS):
+                raise ConfigError(f"{name} must be a number of seconds from 0 (no limit) to {MAX_SECONDS:g}, got "
+                                  f"{value!r}")
 
     @property
     def most_steps(self) -> int:

@@ -181,10 +181,18 @@ def metadata_case(rng: random.Random, workdir: Path, name: str) -> tuple[str, st
         ("unicode-caption", "ok", _line("ok.jpg", "un dessin animé — 漫画 🎨")),
         ("blank-line", "ok", b"   "),
         ("duplicate", "ok", _line("ok.jpg")),
+        ("duplicate-dot-slash", "ok", _line("./ok.jpg")),
+        ("lone-surrogate-name", "error", b'{"file_name": "ok\\ud800.jpg", "image_description": "x"}'),
+        ("lone-surrogate-caption", "error", b'{"file_name": "ok.jpg", "image_description": "x\\udfff"}'),
+        ("deep-nesting", "error", b'{"file_name": "ok.jpg", "image_description": "x", "n": '
+         + b"[" * 200_000 + b"]" * 200_000 + b"}"),
+        ("long-integer", "error", b'{"file_name": "ok.jpg", "image_description": "x", "n": '
+         + b"7" * rng.randint(5000, 20000) + b"}"),
+        ("bom-first-line", "ok", b"\xef\xbb\xbf" + _line("ok.jpg")),
     ]
     what, expect, bad = rng.choice(options)
     lines = [_line("ok.jpg") for _ in range(rng.randint(1, 4))]
-    lines.insert(rng.randrange(len(lines) + 1), bad)
+    lines.insert(0 if what == "bom-first-line" else rng.randrange(len(lines) + 1), bad)
     return f"metadata-{what}", expect, _folder(workdir, name, {"ok.jpg": GOOD}, lines)
 
 

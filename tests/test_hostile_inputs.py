@@ -68,7 +68,15 @@ def _link_to_dev_zero(folder):
     (_mkfifo, "pipe.jpg is a FIFO, not a regular file"),
     (_link_to_dev_zero, "file_name 'zero.jpg' is a symbolic link leading outside the dataset folder (to /dev/zero)"),
     (lambda f: _line("missing.jpg"), "metadata.jsonl:1: no such image file"),
-], ids=["not-utf8", "int-file-name", "json-list", "null-caption", "absolute", "dotdot", "fifo", "dev-zero", "missing"])
+    (lambda f: b'{"file_name": "00001.jpg", "image_description": "x\\ud800"}',
+     "metadata.jsonl:1: image_description holds '\\ud800' at character 1, a lone surrogate"),
+    (lambda f: b'{"file_name": "0000\\udfff.jpg", "image_description": "x"}', "file_name holds '\\udfff'"),
+    (lambda f: b'{"file_name": "00001.jpg", "image_description": "x", "n": ' + b"[" * 200_000 + b"]" * 200_000
+     + b"}", "metadata.jsonl:1: JSON nested too deeply to read"),
+    (lambda f: b'{"file_name": "00001.jpg", "image_description": "x", "n": ' + b"9" * 5000 + b"}",
+     "metadata.jsonl:1: not a readable JSON line (a number of more digits than Python reads"),
+], ids=["not-utf8", "int-file-name", "json-list", "null-caption", "absolute", "dotdot", "fifo", "dev-zero", "missing",
+        "surrogate-caption", "surrogate-name", "deep-json", "long-integer"])
 def test_hostile_metadata_and_files_are_one_line_before_anything_runs(tmp_path, dataset, capsys, spoil, message):
     _prepend(dataset, spoil(dataset))
     started = time.monotonic()
@@ -78,6 +86,45 @@ def test_hostile_metadata_and_files_are_one_line_before_anything_runs(tmp_path, 
     assert code == 2 and len(err) == 1 and message in err[0], err
     assert not (tmp_path / "out").exists()  # refused before any configuration, nothing written
     assert time.monotonic() - started < 30  # a FIFO never blocks the check
+
+
+@pytest.mark.mechanics
+def test_a_byte_order_mark_is_accepted_and_one_file_spelled_twice_is_a_duplicate(tmp_path, dataset, capsys):
+    """Issue 27, point 14: a UTF-8 BOM opening metadata.jsonl was refused (Python's utf-8-sig accepts it); ./a.jpg
+    and a.jpg are the same file, and were not warned as a duplicate."""
+    from workloads.bridgetower.data.sources import ImageFolderSource
+
+    metadata = dataset / "metadata.jsonl"
+    lines = metadata.read_bytes().splitlines()
+    first = json.loads(lines[0])
+    metadata.write_bytes(b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n" + _line("./" + first["file_name"]) + b"\n")
+    source = ImageFolderSource(dataset)
+    assert len(source) == len(lines) + 1
+    assert [w for w in source.warnings if f"file_name './{first['file_name']}' is listed again (first on line 1)"
+            in w]
+
+
+@pytest.mark.mechanics
+@pytest.mark.parametrize("option, message", [
+    (["--steps", "1234567890123456789012345678901"], "steps must be <= 1,000,000,000, got a 31-digit number"),
+    (["--timeout", "1e400"], "timeout_s must be a number of seconds from 0 (no limit) to 1e+09, got inf"),
+    (["--seed", "123456789012345678901234"], "seed must be <= 9,223,372,036,854,775,807"),
+    (["--tracking-uri", "sqlite:///:memory:"], "is an in-memory database: every record would vanish"),
+    (["--tracking-uri", "file:///tmp/store"], "not file: (MLflow's file store: use sqlite:///PATH/mlflow.db)"),
+    (["--tracking-uri", "ftp://x"], "not ftp:"),
+    (["--tracking-uri", "postgresql://u@no-such-host.invalid/db"], "host 'no-such-host.invalid' does not resolve"),
+], ids=["steps-31-digits", "timeout-inf", "seed-24-digits", "memory-store", "file-store", "ftp", "dns"])
+def test_out_of_range_values_and_unusable_stores_are_one_line_before_anything_runs(tmp_path, capsys, monkeypatch,
+                                                                                   option, message):
+    """Issue 27, points 10, 13, 15: a 31-digit --steps and --timeout 1e400 crashed the watchdog and disabled the time
+    limit; a 24-digit seed failed every configuration; sqlite:///:memory: exited 0 and lost every record; file: and
+    ftp: stores gave MLflow tracebacks; an unresolvable database host meant 107 s of retries, then a traceback."""
+    monkeypatch.chdir(tmp_path)
+    started = time.monotonic()
+    code = main(["run", *QUICK, *option])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0], err
+    assert list(tmp_path.iterdir()) == [] and time.monotonic() - started < 30
 
 
 def test_an_output_that_is_a_file_is_one_line(tmp_path, capsys):
@@ -236,3 +283,27 @@ def test_fuzzed_datasets_and_images_never_crash_hang_or_exhaust_memory(tmp_path)
     assert {"metadata", "file", "bomb", "empty", "random"} <= kinds  # every family was generated
     assert sum(r["outcome"] == "ok" for r in rows) > 30 and sum(r["outcome"] == "error" for r in rows) > 100
     assert ram.peak_rss_bytes < 1.5 * 2**30, f"fuzz driver peaked at {ram.peak_rss_bytes / 2**20:.0f} MiB"
+
+
+@pytest.mark.e2e
+@pytest.mark.mechanics
+def test_upload_never_follows_a_symbolic_link_out_of_the_results_folder(tmp_path, capsys):
+    """Issue 27, point 1: a link runs/<id>/run.log -> any local file copied that file into the MLflow artifact store,
+    readable by everyone on the server."""
+    from conftest import run_file, runs_of
+
+    out = tmp_path / "out"
+    assert main(["run", *QUICK, "--output", str(out), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 0
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-TOKEN-5c1f")
+    [run] = runs_of(out)
+    log = run_file(out, run, "run.log")
+    log.unlink()
+    log.symlink_to(secret)
+    capsys.readouterr()
+    code = main(["upload", str(out), "--tracking-uri", f"sqlite:///{tmp_path}/shared.db"])
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if " INFO mlflow" not in line]  # a new store
+    assert code == 2 and len(err) == 1 and f"{log} is a symbolic link (to {secret}): not uploaded" in err[0], err
+    copies = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink() and p != secret
+              and b"TOP-SECRET-TOKEN-5c1f" in p.read_bytes()]
+    assert copies == []

@@ -74,8 +74,60 @@ def artifact_location(tracking_uri: str, experiment: str) -> str | None:
     return (database.parent / "mlartifacts" / experiment).resolve().as_uri()
 
 
+#: Tracking URI schemes the suite records into: an sqlite file, a tracking server, a database server.
+STORE_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
+
+
+def check_tracking_uri(uri: str) -> None:
+    """Refuse, in one line, a tracking URI that would lose the records or that MLflow would answer with a traceback:
+    an in-memory sqlite store (gone when the process ends), a scheme the suite does not record into (``file:``,
+    ``ftp:``...), a database server whose host does not resolve (a DNS failure is not transient: MLflow would retry
+    it for minutes)."""
+    import socket
+    import urllib.parse
+
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
+    if scheme not in STORE_SCHEMES:
+        raise SuiteError(f"tracking URI {uri!r}: the suite records into sqlite:///PATH, an MLflow server "
+                         "(http[s]://HOST:PORT) or a database server (postgresql://, mysql://, mssql://), not "
+                         f"{scheme + ':' if scheme else 'a plain path'}" + (" (MLflow's file store: use "
+                                                                            "sqlite:///PATH/mlflow.db)"
+                                                                            if scheme == "file" else ""))
+    if scheme == "sqlite":
+        path = uri[len("sqlite:"):].lstrip("/")
+        if not path or path == ":memory:" or "mode=memory" in uri:
+            raise SuiteError(f"tracking URI {uri!r} is an in-memory database: every record would vanish when the "
+                             "run ends; give a file (sqlite:///PATH/mlflow.db)")
+        return
+    host = urllib.parse.urlsplit(uri).hostname
+    if host:
+        try:
+            socket.getaddrinfo(host, None)
+        except socket.gaierror as exc:
+            raise SuiteError(f"tracking URI {uri!r}: host {host!r} does not resolve ({exc.strerror}); a name that "
+                             "does not resolve is not a transient failure: check the host name") from None
+
+
+def refuse_links(folder: Path) -> None:
+    """Raise :class:`SuiteError` naming the first entry of ``folder`` (recursively) that is a symbolic link, or that
+    is neither a regular file nor a folder (a FIFO, a socket, a device)."""
+    import stat
+
+    for root, folders, files in os.walk(folder, followlinks=False):
+        for name in sorted(folders + files):
+            path = Path(root) / name
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                raise SuiteError(f"{path} is a symbolic link (to {os.readlink(path)}): not uploaded; only regular "
+                                 "files inside the results folder are recorded")
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise SuiteError(f"{path} is not a regular file: not uploaded")
+
+
 def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
-    """Fail before anything runs when an HTTP tracking server does not answer its health check."""
+    """Fail before anything runs when the tracking URI is not one to record into (:func:`check_tracking_uri`) or an
+    HTTP tracking server does not answer its health check."""
+    check_tracking_uri(uri)
     if not uri.startswith(("http://", "https://")):
         return
     import urllib.error
@@ -178,6 +230,10 @@ class MlflowGateway:
                 self.client.log_batch(run_id, **{key: items[start:start + size]})
 
     def log_artifacts(self, run_id: str, folder: Path, artifact_path: str | None = None) -> None:
+        """Every file of ``folder`` as artifacts; only regular files inside it: a symbolic link anywhere in it is
+        refused, naming it (MLflow would copy the file it points to, any file of this machine, into a store others
+        read)."""
+        refuse_links(Path(folder))
         self.client.log_artifacts(run_id, str(folder), artifact_path=artifact_path)
 
     def log_json(self, run_id: str, data: Any, artifact_file: str) -> None:
@@ -185,6 +241,10 @@ class MlflowGateway:
         self.client.log_dict(run_id, data, artifact_file)
 
     def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
+        """One regular file as an artifact; a symbolic link is refused (see :meth:`log_artifacts`)."""
+        if Path(path).is_symlink():
+            raise SuiteError(f"{path} is a symbolic link (to {os.readlink(path)}): not uploaded; only regular files "
+                             "are recorded")
         self.client.log_artifact(run_id, str(path), artifact_path=artifact_path)
 
     def terminate(self, run_id: str, status: str, end_time_s: float | None = None) -> None:

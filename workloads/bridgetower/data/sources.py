@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import stat
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -116,6 +117,29 @@ def read_regular_file(path: Path, max_bytes: int, inside: Path | None = None) ->
         os.close(fd)
 
 
+def _json_line(where: str, line: str) -> Any:
+    """One metadata line as JSON; every way it can be unreadable is one :class:`DatasetError` naming the line."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{where}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise DatasetError(f"{where}: JSON nested too deeply to read") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        why = (f"a number of more digits than Python reads, {sys.get_int_max_str_digits()}" if "digits" in str(exc)
+               else " ".join(str(exc).split())[:120])
+        raise DatasetError(f"{where}: not a readable JSON line ({why})") from None
+
+
+def _require_unicode(where: str, column: str, text: str) -> None:
+    """Refuse a string JSON let through that is not Unicode text (a lone surrogate such as ``\\ud800``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DatasetError(f"{where}: {column} holds {text[exc.start]!r} at character {exc.start}, a lone "
+                           "surrogate: not Unicode text") from None
+
+
 class ImageFolderSource(ImageCaptionSource):
     """A Hugging Face ``imagefolder`` layout on disk, checked up front line by line.
 
@@ -153,6 +177,7 @@ class ImageFolderSource(ImageCaptionSource):
     def _entry_path(self, where: str, file_name: Any) -> Path:
         if not isinstance(file_name, str) or not file_name.strip() or "\0" in file_name:
             raise DatasetError(f"{where}: file_name must be a non-empty string, got {file_name!r}")
+        _require_unicode(where, "file_name", file_name)
         relative = PurePosixPath(file_name)
         if relative.is_absolute() or PureWindowsPath(file_name).is_absolute():
             raise DatasetError(f"{where}: file_name {file_name!r} is an absolute path; it must be relative to the "
@@ -173,15 +198,12 @@ class ImageFolderSource(ImageCaptionSource):
             for number, raw in enumerate(fh, start=1):
                 where = f"{metadata}:{number}"
                 try:
-                    line = raw.decode("utf-8")
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a BOM may open the file
                 except UnicodeDecodeError as exc:
                     raise DatasetError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
                 if not line.strip():
                     continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{where}: not valid JSON ({exc.msg})") from None
+                row = _json_line(where, line)
                 if not isinstance(row, dict):
                     raise DatasetError(f"{where}: a JSON {_JSON_TYPES.get(type(row), type(row).__name__)}, not an "
                                        f"object with file_name and {self.caption_column}")
@@ -193,10 +215,11 @@ class ImageFolderSource(ImageCaptionSource):
                 caption = row[self.caption_column]
                 if not isinstance(caption, str):
                     raise DatasetError(f"{where}: {self.caption_column} must be a string, got {caption!r}")
+                _require_unicode(where, self.caption_column, caption)
                 self._check_file(where, path, strict_files)
-                name = row["file_name"]
+                name = os.path.normpath(PurePosixPath(row["file_name"]).as_posix())  # ./a.jpg and a.jpg: one file
                 if name in first_line:
-                    self.warnings.append(f"{where}: file_name {name!r} is listed again (first on line "
+                    self.warnings.append(f"{where}: file_name {row['file_name']!r} is listed again (first on line "
                                          f"{first_line[name]}); both samples are used")
                 first_line.setdefault(name, number)
                 entries.append(_Entry(path, caption))
