@@ -307,3 +307,39 @@ def test_upload_never_follows_a_symbolic_link_out_of_the_results_folder(tmp_path
     copies = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink() and p != secret
               and b"TOP-SECRET-TOKEN-5c1f" in p.read_bytes()]
     assert copies == []
+
+
+HOSTILE_NAME = "\x1b]0;pwned\x07\x1b[2J\u202eevil.jpg"  # retitle the window, clear the screen, reverse the text
+
+
+@pytest.mark.e2e
+@pytest.mark.mechanics
+def test_escape_sequences_in_file_names_never_reach_the_terminal_or_the_log_raw(tmp_path, dataset, capsys):
+    """Issue 27, point 3: ANSI/OSC sequences in a file name reached the terminal raw in the start-up error, the
+    FAILED line and the results table. Every sink shows them as escapes (suite.text.visible)."""
+    from conftest import run_file, runs_of
+
+    _prepend(dataset, _line("missing" + HOSTILE_NAME))
+    assert main(["run", "--dataset", str(dataset), *QUICK, "--output", str(tmp_path / "a"),
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 2
+    captured = capsys.readouterr()
+    assert "\x1b" not in captured.err + captured.out and "\u202e" not in captured.err
+    assert "\\x1b]0;pwned\\x07\\x1b[2J\\u202eevil.jpg" in captured.err
+
+    metadata = dataset / "metadata.jsonl"
+    metadata.write_bytes(b"\n".join(metadata.read_bytes().splitlines()[1:]) + b"\n")  # the missing file out again
+    (dataset / HOSTILE_NAME).write_bytes(b"\xff\xd8\xff\xe0 not a JPEG at all")
+    rows = [json.loads(line) for line in metadata.read_text().splitlines()]
+    metadata.write_text("".join(json.dumps({**row, "file_name": HOSTILE_NAME}) + "\n" if i == 0 else
+                                json.dumps(row) + "\n" for i, row in enumerate(rows)))
+    code = main(["run", "--dataset", str(dataset), "--workers", "0", "--steps", "3", "--warmup-steps", "0",
+                 "--no-progress", "--system-metrics-interval", "0", "--output", str(tmp_path / "b"),
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    captured = capsys.readouterr()
+    [run] = runs_of(tmp_path / "b")
+    assert code == 1 and run["status"] == "FAILED" and HOSTILE_NAME in run["reason"]  # the record keeps the data
+    shown = captured.err + captured.out
+    assert "\x1b" not in shown and "\u202e" not in shown
+    assert shown.count("\\x1b") >= 3  # the FAILED line (twice) and the results table (its cell folds the name)
+    log = run_file(tmp_path / "b", run, "run.log").read_bytes()
+    assert b"\x1b" not in log and "\\x1b]0;pwned".encode() in log

@@ -20,6 +20,7 @@ import sys
 from typing import Sequence
 
 from suite.errors import SuiteError
+from suite.text import visible
 
 
 def build_parser(suppress_defaults_of: str | None = None) -> argparse.ArgumentParser:
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args, argv)
     except SuiteError as exc:
-        print(f"suite: error: {exc}", file=sys.stderr)
+        print(f"suite: error: {visible(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         print("suite: interrupted; every ended configuration and the interrupted one are in results.json "

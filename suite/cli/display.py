@@ -10,6 +10,7 @@ from suite.analysis.scoring import ConfigScore
 from suite.config import RunConfig
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.records.results import FINISHED, RunResult
+from suite.text import visible
 
 MiB = 2**20
 
@@ -143,7 +144,9 @@ class RichProgress:
         self.timing.end()
         self._bars.advance(self._matrix)
         self._bars.update(self._matrix, info=self.timing.matrix_text())
-        self.console.print(summary_line(result), soft_wrap=True)
+        from rich.text import Text
+
+        self.console.print(Text(summary_line(result)), soft_wrap=True)
 
 
 class LibraryLogsOnConsole:
@@ -197,7 +200,7 @@ class PlainProgress:
 def summary_line(result: RunResult) -> str:
     label = RunConfig.from_dict(result.config).describe()
     if result.status != FINISHED:
-        return f"  {label}: {result.status}: {result.reason}"
+        return f"  {label}: {result.status}: {visible(result.reason)}"
     if result.recorded_elsewhere:
         return f"  {label}: ran its share on this node; {result.facts.get('recorded_by')} recorded it"
     m = result.metrics
@@ -248,7 +251,7 @@ def _plain(text: str) -> Any:
     would read as markup."""
     from rich.text import Text
 
-    return Text(text)
+    return Text(visible(text))
 
 
 def _fmt(metrics: dict[str, float], key: str, scale: float = 1.0, pattern: str = "{:.0f}") -> str:
@@ -281,7 +284,7 @@ def print_results_table(results: Sequence[RunResult]) -> None:
     if busy:
         shares = ", ".join(f"{_plain(RunConfig.from_dict(r.config).describe())} (others used "
                            f"{r.facts['contention'].get('others_share', 0):.0%} of the cores)" for r in busy)
-        print(f"suite: warning: measured while other work used the machine: {shares}. Those figures are not the "
+        print(f"suite: warning: measured while other work used the machine: {visible(shares)}. Those figures are not the "
               "machine's, and an audit gives them no verdict: measure again on a quiet machine, or with --repeats N "
               "to see the spread.", file=sys.stderr)
 

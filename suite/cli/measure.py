@@ -17,6 +17,7 @@ from suite.config import FILE_RUN_OPTIONS, TOKENIZER_MODES, MatrixSpec, RunConfi
 from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_json_atomic
 from suite.records.results import FINISHED
+from suite.text import visible
 
 
 # --- parsers ---------------------------------------------------------------------------------------
@@ -292,7 +293,7 @@ def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunCon
 
     prepared = dict(workload_cls.prepare(resolved[0]))
     for warning in prepared.pop("warnings", []):
-        print(f"suite: warning: {warning}", file=sys.stderr)
+        print(f"suite: warning: {visible(warning)}", file=sys.stderr)
 
     when = stamp()
     node = f"-node{args.node_rank}" if spec.nnodes > 1 else ""
@@ -328,7 +329,7 @@ def _write_report(folder: Path, recorder: Any, outcome: Any) -> Path | None:
         content = from_folder(folder, DEFAULT_REFERENCE)
         files = write_report(content, folder)
     except SuiteError as exc:
-        print(f"suite: warning: no report: {exc}", file=sys.stderr)
+        print(f"suite: warning: no report: {visible(exc)}", file=sys.stderr)
         return None
     if recorder.parent_run_id and not outcome.recorder_errors:
         try:
@@ -531,7 +532,7 @@ def cmd_bench_overhead(args: argparse.Namespace, argv: Sequence[str]) -> int:
     args.workers = (args.workers,)
     workload_cls, (config,) = resolve(spec_from_args(args))
     for warning in workload_cls.prepare(config).get("warnings", []):
-        print(f"suite: warning: {warning}", file=sys.stderr)
+        print(f"suite: warning: {visible(warning)}", file=sys.stderr)
     figures = run_overhead(config, args.blocks, progress=(lambda message: None) if args.json
                            else (lambda message: print(f"  {message}", file=sys.stderr)))
     _write_figures(args.output, "bench-overhead.json", figures)

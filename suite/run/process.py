@@ -39,6 +39,7 @@ from suite.registry import load_device, load_workload  # noqa: E402
 from suite.run.quality import QualityTracker  # noqa: E402
 from suite.run.ranks import HostGroup, Rank, aggregate_ranks  # noqa: E402
 from suite.run.steps import TrainingSteps, prepare_device  # noqa: E402
+from suite.text import visible  # noqa: E402
 from suite.trackers.contention import ContentionMeter  # noqa: E402
 from suite.trackers.setup import SetupClock  # noqa: E402
 
@@ -47,6 +48,16 @@ EmitFn = Callable[..., None]
 
 def _no_emit(**_: Any) -> None:
     pass
+
+
+def _log_traceback() -> None:
+    """The exception being handled, into the run's log (stderr), its control characters made visible: a file name
+    quoted in it is data."""
+    try:
+        sys.stderr.write(visible(traceback.format_exc(), keep_newlines=True))
+        sys.stderr.flush()
+    except OSError:  # a log that cannot be written (full disk) must not end the run
+        pass
 
 
 def _one_line(exc: BaseException) -> str:
@@ -144,7 +155,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, none lost
         result.status = FAILED
         result.reason = _one_line(exc)
-        traceback.print_exc(file=sys.stderr)
+        _log_traceback()
         if workload is not None:
             _record_observed_loader(result, workload)
         mlperf.abort()
@@ -161,7 +172,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
                 try:
                     closer.teardown()
                 except Exception:  # noqa: BLE001 - teardown must not mask the run's own outcome
-                    traceback.print_exc(file=sys.stderr)
+                    _log_traceback()
         if rank.world_size > 1:
             import torch.distributed as dist
 
@@ -170,7 +181,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
                     if host is not None:  # destroyed the group under another's last send aborted it (gloo, CI)
                         host.barrier()
                 except Exception:  # noqa: BLE001 - a peer already gone: nothing left to wait for
-                    traceback.print_exc(file=sys.stderr)
+                    _log_traceback()
                 dist.destroy_process_group()
         result.ended_at = time.time()
     return result
@@ -181,7 +192,7 @@ def _record_observed_loader(result: RunResult, workload: Any) -> None:
     try:
         observed = workload.observed_loader()
     except Exception:  # noqa: BLE001 - a workload that cannot say leaves the facts absent (the audit fails)
-        traceback.print_exc(file=sys.stderr)
+        _log_traceback()
         return
     for key in ("loader", "num_workers", "prefetch_factor", "decoder"):
         if key in observed:
@@ -380,7 +391,8 @@ class RunLog:
 
     def line(self, text: str) -> None:
         try:
-            self._stream.write(f"[{time.strftime('%H:%M:%S')} +{time.monotonic() - self._started:7.1f}s] {text}\n")
+            self._stream.write(f"[{time.strftime('%H:%M:%S')} +{time.monotonic() - self._started:7.1f}s] "
+                               f"{visible(text)}\n")
             self._stream.flush()
         except OSError:  # a log that cannot be written (full disk) must not end the run
             pass

@@ -1,0 +1,23 @@
+"""Text from data (file names, captions, reasons quoting them) shown on a terminal or written to a log: its control
+characters are made visible, so a file named ``\\x1b]0;title\\x07`` or ``\\x1b[2J`` cannot retitle a window, clear
+a screen or forge a line. One rule, used by every terminal and log sink of the suite."""
+
+from __future__ import annotations
+
+import re
+
+#: C0 controls but tab, DEL, C1 controls, and the bidirectional overrides that reorder what a reader sees.
+_INVISIBLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_INVISIBLE_BUT_NEWLINE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: object, keep_newlines: bool = False) -> str:
+    """``text`` with every control character written as its escape (``\\x1b``, ``\\n``, ``\\u202e``); newlines kept
+    with ``keep_newlines`` (a traceback, a multi-line block of the suite's own)."""
+    pattern = _INVISIBLE_BUT_NEWLINE if keep_newlines else _INVISIBLE
+    return pattern.sub(_escape, str(text))
