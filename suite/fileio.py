@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import tempfile
 import threading
 from pathlib import Path
@@ -47,3 +48,50 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+#: The largest record file read (results.json, a manifest, audit.json...): far above any real matrix's.
+RECORD_MAX_BYTES = 512 * 2**20
+
+
+class UnreadableFile(OSError):
+    """A file that is not one to read: not a regular file, or larger than its bound; says which and why."""
+
+
+def file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def read_regular_file(path: str | os.PathLike[str], max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of ``path``, read without ever blocking or reading without bound: opened non-blocking (a FIFO
+    cannot hang), refused unless it is a regular file of at most ``max_bytes`` (read no further than that even if it
+    grows). Raises :class:`UnreadableFile` (``what`` names the file's role in the message) or ``OSError``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UnreadableFile(f"{what} {path} is a {file_kind(info.st_mode)}, not a regular file")
+        if info.st_size > max_bytes:
+            raise UnreadableFile(f"{what} {path} is {info.st_size:,} bytes, over the limit of {max_bytes:,}")
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_bytes:
+            raise UnreadableFile(f"{what} {path} grew beyond the limit of {max_bytes:,} bytes while it was read")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_record_text(path: str | os.PathLike[str], max_bytes: int = RECORD_MAX_BYTES) -> str:
+    """A record file's text (UTF-8), read as :func:`read_regular_file` reads: a FIFO or ``/dev/zero`` in its place
+    is refused at once instead of hanging or filling memory."""
+    return read_regular_file(path, max_bytes, "record file").decode("utf-8")

@@ -343,3 +343,26 @@ def test_escape_sequences_in_file_names_never_reach_the_terminal_or_the_log_raw(
     assert shown.count("\\x1b") >= 3  # the FAILED line (twice) and the results table (its cell folds the name)
     log = run_file(tmp_path / "b", run, "run.log").read_bytes()
     assert b"\x1b" not in log and "\\x1b]0;pwned".encode() in log
+
+
+@pytest.mark.e2e
+@pytest.mark.mechanics
+@pytest.mark.parametrize("command", ["report", "compare", "audit"])
+def test_a_record_file_that_is_a_fifo_or_dev_zero_is_one_line_at_once(tmp_path, capsys, command):
+    """Issue 27, point 8: results.json replaced by /dev/zero or a FIFO made `suite report` / `compare` read without
+    bound or hang. Every record file is read as a regular file with a size cap (suite.fileio, the helper the dataset
+    reader uses too)."""
+    out = tmp_path / "out"
+    assert main(["run", *QUICK, "--output", str(out), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 0
+    for kind, make in (("FIFO", os.mkfifo), ("character device", lambda p: p.symlink_to("/dev/zero"))):
+        spoiled = tmp_path / kind.replace(" ", "-")
+        shutil.copytree(out, spoiled)
+        (spoiled / "results.json").unlink()
+        make(spoiled / "results.json")
+        capsys.readouterr()
+        started = time.monotonic()
+        extra = ["--no-rerun", "--output", str(tmp_path / f"audit-{kind[0]}")] if command == "audit" else []
+        code = main([command, str(spoiled), "--tracking-uri", f"sqlite:///{tmp_path}/m.db", *extra])
+        err = [line for line in capsys.readouterr().err.strip().splitlines() if " INFO mlflow" not in line]
+        assert code == 2 and len(err) == 1 and f"is a {kind}, not a regular file" in err[0], err
+        assert time.monotonic() - started < 20

@@ -38,6 +38,7 @@ from typing import Any, Iterable, Sequence
 
 from suite.config import RunConfig
 from suite.errors import ConfigError, SuiteError
+from suite.fileio import read_record_text
 from suite.records.environment import git_state, package_versions
 from suite.records.manifest import MANIFEST_FILE, config_from_manifest, load_manifest
 from suite.records.results import FINISHED, RunResult
@@ -305,7 +306,10 @@ def reference_records(data: dict[str, Any]) -> list[Record]:
 
 
 def audit_reference(path: Path) -> AuditReport:
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(read_record_text(path))
+    except (OSError, ValueError) as exc:
+        raise SuiteError(f"cannot read published results {path}: {exc}") from None
     report = AuditReport(target=str(path), checks=record_checks(reference_records(data)))
     report.checks.append(Check("matrix", "rerun", SKIP, "published results carry no manifest: nothing to re-run"))
     report.checks.append(Check("matrix", "environment", SKIP, "software versions are not recorded per result"))
@@ -350,7 +354,7 @@ def load_mlflow_run(gateway: Any, run_id: str) -> Recorded:
             result_path = fetch(run_id, "result.json")
             if result_path is None:
                 raise SuiteError(f"MLflow run {run_id} has no result.json artifact")
-            results, scores = [validate_result(json.loads(result_path.read_text()), str(result_path))], []
+            results, scores = [validate_result(json.loads(read_record_text(result_path)), str(result_path))], []
             results[0].mlflow_run_id = run_id
         manifests = []
         for result in results:

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from suite.config import RunConfig
 from suite.errors import ConfigError, ResultsFolderError
+from suite.fileio import read_record_text
 from suite.records.environment import git_state, host_facts, package_versions
 from suite.records.results import RunResult
 
@@ -61,7 +62,7 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     """A manifest, checked to be one this suite wrote (a JSON object of the current version with a valid
     config); :class:`ResultsFolderError` names the file and what is wrong."""
     try:
-        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
+        manifest = json.loads(read_record_text(path))
     except FileNotFoundError:
         raise ResultsFolderError(f"{path} is missing") from None
     except (OSError, UnicodeDecodeError) as exc:

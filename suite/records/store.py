@@ -30,7 +30,7 @@ from typing import Any, Iterator
 
 from suite.config import RunConfig
 from suite.errors import ConfigError, RecordingError, ResultsFolderError
-from suite.fileio import write_json_atomic
+from suite.fileio import read_record_text, write_json_atomic
 from suite.records.results import END_STATUSES, RUNNING, RunResult
 
 SCHEMA_VERSION = 2
@@ -138,7 +138,7 @@ class RunFiles:
 
 def _read_json(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_record_text(path)
     except FileNotFoundError:
         raise ResultsFolderError(f"{path} is missing") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -211,7 +211,7 @@ class ResultsStore:
         except Timeout:
             holder = ""
             try:
-                matrix = MatrixInfo.from_dict(json.loads((self.root / MATRIX_FILE).read_text()))
+                matrix = MatrixInfo.from_dict(json.loads(read_record_text(self.root / MATRIX_FILE)))
                 holder = f" (pid {matrix.pid} on {matrix.host}, matrix {matrix.name})"
             except (OSError, ValueError, TypeError):
                 pass

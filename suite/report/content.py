@@ -21,6 +21,7 @@ from suite.analysis.compare import THROUGHPUT, Row, rows_from_mlflow, rows_from_
 from suite.analysis.published import Alignment, align, load_reference, measured_table, reference_table
 from suite.config import RunConfig
 from suite.errors import SuiteError
+from suite.fileio import read_record_text
 
 #: Manifest fields shown as provenance, in this order.
 FINGERPRINTS = ("dataset_fingerprint", "tokenizer_sha256", "initial_weights_sha256")
@@ -151,7 +152,7 @@ def read_audit(path: Path) -> list[AuditCheck]:
     """The checks of ``suite audit``'s audit.json (or of the folder holding it)."""
     path = path / "audit.json" if path.is_dir() else path
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_record_text(path))
         return [AuditCheck(str(c["subject"]), str(c["name"]), str(c["verdict"]), str(c["detail"]))
                 for c in data["checks"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -171,7 +172,7 @@ def from_mlflow(gateway: Any, run_id: str, reference: str | None) -> ReportConte
         for row in rows:
             manifest = gateway.download_artifact(row.mlflow_run_ids[0], "manifest.json", Path(scratch))
             if manifest is not None:
-                data = json.loads(Path(manifest).read_text())
+                data = json.loads(read_record_text(manifest))
                 fingerprints = {k: str(data[k]) for k in FINGERPRINTS if data.get(k)}
                 break
     command = shlex.split(matrix.data.tags.get(tags.COMMAND, "")) or ["suite", "run"]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
+from suite import fileio
 from suite.errors import DatasetError
 
 from workloads.bridgetower.data.bounds import DEFAULT_MAX_IMAGE_BYTES
@@ -76,45 +77,19 @@ class _Entry:
 _JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
-def _kind_of(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
-                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")):
-        if test(mode):
-            return name
-    return "special file"
-
-
 def read_regular_file(path: Path, max_bytes: int, inside: Path | None = None) -> bytes:
-    """The bytes of ``path``, read without ever blocking or reading without bound: opened non-blocking (a FIFO
-    cannot hang), refused unless it is a regular file of at most ``max_bytes`` (read no further than that
-    even if it grows), and, with ``inside``, unless it still resolves inside that folder."""
+    """The bytes of image ``path`` (:func:`suite.fileio.read_regular_file`: never blocking, never beyond
+    ``max_bytes``), and, with ``inside``, only while it still resolves inside that folder; a :class:`DatasetError`
+    naming it otherwise."""
     if inside is not None and not Path(os.path.realpath(path)).is_relative_to(inside):
         raise DatasetError(f"image {path} now leads outside the dataset folder {inside}")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        return fileio.read_regular_file(path, max_bytes, "image")
+    except fileio.UnreadableFile as exc:
+        text = str(exc)
+        raise DatasetError(text + (" (--max-image-bytes)" if "over the limit" in text else "")) from None
     except OSError as exc:
         raise DatasetError(f"cannot read image {path}: {exc.strerror or exc}") from exc
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise DatasetError(f"image {path} is a {_kind_of(info.st_mode)}, not a regular file")
-        if info.st_size > max_bytes:
-            raise DatasetError(f"image {path} is {info.st_size:,} bytes, over the limit of {max_bytes:,} "
-                               "(--max-image-bytes)")
-        chunks, size = [], 0
-        while size <= max_bytes:
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > max_bytes:
-            raise DatasetError(f"image {path} grew beyond the limit of {max_bytes:,} bytes while it was read")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise DatasetError(f"cannot read image {path}: {exc.strerror or exc}") from exc
-    finally:
-        os.close(fd)
 
 
 def _json_line(where: str, line: str) -> Any:
@@ -238,7 +213,7 @@ class ImageFolderSource(ImageCaptionSource):
         except OSError as exc:
             raise DatasetError(f"{where}: cannot read image file {path}: {exc.strerror or exc}") from None
         if not stat.S_ISREG(mode):
-            raise DatasetError(f"{where}: {path} is a {_kind_of(mode)}, not a regular file")
+            raise DatasetError(f"{where}: {path} is a {fileio.file_kind(mode)}, not a regular file")
 
     def __len__(self) -> int:
         return len(self._entries)
