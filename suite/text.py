@@ -21,3 +21,22 @@ def visible(text: object, keep_newlines: bool = False) -> str:
     with ``keep_newlines`` (a traceback, a multi-line block of the suite's own)."""
     pattern = _INVISIBLE_BUT_NEWLINE if keep_newlines else _INVISIBLE
     return pattern.sub(_escape, str(text))
+
+
+#: Characters Markdown or the HTML inside it give meaning to: backslash-escaped (HTML's as entities).
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]{}|~#!])")
+_HTML_SPECIAL = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def markdown_literal(text: object) -> str:
+    """``text`` as literal Markdown text: nothing in it can become markup, a link, an image or HTML (a file named
+    ``<img src=x onerror=...>`` is shown as its name), on one line, its control characters made visible."""
+    escaped = _MARKDOWN_SPECIAL.sub(r"\\\1", visible(text))
+    return "".join(_HTML_SPECIAL.get(char, char) for char in escaped)
+
+
+def markdown_fence(code: str) -> str:
+    """A fence for a Markdown code block holding ``code``: longer than any run of backticks in it, so that the
+    code cannot close the block."""
+    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+    return "`" * max(3, longest + 1)

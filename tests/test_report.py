@@ -266,3 +266,42 @@ def test_the_headline_calls_a_speed_up_only_when_the_intervals_separate(tmp_path
     headline = from_folder(tmp_path / "out", None).headline()
     assert "no significant difference from workers=0 loader=cpu" in headline and "1.03x" in headline
     assert "x over workers=0" not in headline
+
+
+HOSTILE = "<img src=x onerror=console.log(1)>"
+
+
+def _browser_dom_of_markdown(tmp_path, text, name):
+    """``text`` rendered by a Markdown renderer (Python-Markdown, raw HTML allowed as CommonMark allows it) and laid
+    out by Chromium: the DOM a reader's viewer would show."""
+    import markdown
+
+    page = tmp_path / f"{name}.html"
+    page.write_text("<!doctype html><html><body>" + markdown.markdown(text, extensions=["tables", "fenced_code"])
+                    + "</body></html>")
+    return rendered_dom(page)
+
+
+def test_hostile_names_stay_text_in_every_markdown_sink_in_a_real_browser(tmp_path):
+    """Issue 27, point 2: report.md and the MLflow run description carried raw HTML from file names and dataset
+    paths; through a Markdown renderer, <img src=x onerror=...> ran in Chromium. Every Markdown sink now writes
+    data as literal text: the DOM holds no such element, and the name reads as it is."""
+    _chromium_or_skip()
+    from suite.recorders.mlflow_recorder import _run_note
+
+    folder = _folder(tmp_path)
+    store = ResultsStore.reopen(folder)
+    failed = RunResult(config=dataclasses.replace(BASE, loader="cpu-fast").to_dict(), status=FAILED,
+                       reason=f"cannot decode image /data/{HOSTILE}.jpg: truncated", run_uid="hostile")
+    store.record(failed)
+    store.release()
+    content = from_folder(folder, None)
+    files = write_report(content, tmp_path / "report")
+    sinks = {"report.md": files.markdown.read_text(),
+             "mlflow run description": _run_note(RunConfig.from_dict(failed.config), failed)}
+    for name, text in sinks.items():
+        dom = _browser_dom_of_markdown(tmp_path, text, name.replace(" ", "-"))
+        assert not re.search(r"<img[^>]*src=\"?x", dom) and not re.search(r"<body[^>]*data-pwned", dom), name
+        assert "&lt;img src=x onerror=" in dom, name  # shown as the text it is
+    page_dom = rendered_dom(files.html)  # the HTML report, escaped since it exists
+    assert not re.search(r"<body[^>]*data-pwned", page_dom) and "&lt;img src=x onerror=" in page_dom

@@ -22,6 +22,7 @@ from suite.recorders import mlflow_gateway as tags_
 from suite.recorders.base import Recorder
 from suite.recorders.mlflow_gateway import MlflowGateway
 from suite.recorders.metric_names import mlflow_metrics
+from suite.text import markdown_literal
 
 
 #: The experiment's description (MLflow shows it above the runs table).
@@ -55,7 +56,7 @@ def _run_note(config: RunConfig, result: RunResult) -> str:
     """A configuration run's description: its axes, its headline figures or why it did not finish, its id."""
     from suite.cli.display import summary_line
 
-    return f"{summary_line(result).strip()}\n\nconfiguration id: `{config.config_id}`"
+    return f"{markdown_literal(summary_line(result).strip())}\n\nconfiguration id: `{config.config_id}`"
 
 
 class MlflowRecorder(Recorder):
@@ -296,9 +297,10 @@ class MlflowRecorder(Recorder):
         speedup = content.speedups.get(best.config_id)
         if speedup is not None:
             metrics.append(("summary/speedup_best_over_baseline", speedup, now_ms, 0))
-        lines = [content.headline(), ""]
+        lines = [markdown_literal(content.headline()), ""]
         if content.contended:
-            lines += ["**Busy host** while measuring: " + ", ".join(r.label for r in content.contended), ""]
+            lines += ["**Busy host** while measuring: " + markdown_literal(", ".join(r.label for r in content.contended)),
+                      ""]
         lines += [markdown_table(results_table(content)), "",
                   "Full report (charts, published figures, provenance): artifact `report/report.html`."]
         self.gateway.log(self.parent_run_id, metrics=metrics, tags={

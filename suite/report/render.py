@@ -17,6 +17,7 @@ from suite.analysis.published import Alignment
 from suite.config import LABEL_AXES, param_text
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.report.charts import Bar, Chart, grouped_bars, memory_bars
+from suite.text import markdown_fence, markdown_literal, visible
 from suite.report.content import ReportContent
 
 MiB = 2**20
@@ -225,22 +226,25 @@ def to_html(content: ReportContent, parts: Sequence[Section]) -> str:
 
 # --- Markdown -----------------------------------------------------------------------------------------
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return markdown_literal(text)
 
 
 def to_markdown(content: ReportContent, parts: Sequence[Section], image_prefix: str = "") -> str:
-    """The same sections in Markdown; charts as links to ``<image_prefix><chart>.png``."""
-    lines = [f"# {content.title}", ""]
+    """The same sections in Markdown; charts as links to ``<image_prefix><chart>.png``. Every text is literal
+    (:func:`suite.text.markdown_literal`): file names, paths and reasons from the data cannot become markup or HTML
+    in a reader's Markdown renderer; the command sits in a code block no text can close."""
+    lines = [f"# {markdown_literal(content.title)}", ""]
     for section in parts:
-        lines += [f"## {section.heading}", ""]
+        lines += [f"## {markdown_literal(section.heading)}", ""]
         for text in section.paragraphs:
-            lines += [text, ""]
+            lines += [markdown_literal(text), ""]
         for chart in section.charts:
-            lines += [f"![{chart.title}]({image_prefix}{chart.name}.png)", ""]
+            lines += [f"![{markdown_literal(chart.title)}]({image_prefix}{chart.name}.png)", ""]
         for table in section.tables:
             lines += [markdown_table(table), ""]
         if section.code:
-            lines += ["```bash", section.code, "```", ""]
+            fence = markdown_fence(section.code)
+            lines += [f"{fence}bash", visible(section.code, keep_newlines=True), fence, ""]
     return "\n".join(lines)
 
 
