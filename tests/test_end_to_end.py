@@ -397,7 +397,7 @@ def test_a_killed_loader_worker_fails_the_configuration_and_the_matrix_goes_on(t
     import psutil
 
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "suite", "run", "--device", "cpu,absent-standin", "--workers", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "suite", "run", "--device", "cpu,vanishing-standin", "--workers", "2",
                              "--steps", "100000", "--output", str(out), "--tracking-uri",
                              f"sqlite:///{tmp_path}/m.db", "--no-progress"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -417,9 +417,10 @@ def test_a_killed_loader_worker_fails_the_configuration_and_the_matrix_goes_on(t
         if proc.poll() is None:
             proc.kill()
     results = runs_of(out)
-    assert [(r["config"]["device"], r["status"]) for r in results] == [("cpu", "FAILED"), ("absent-standin", "FAILED")]
+    assert [(r["config"]["device"], r["status"]) for r in results] == [("cpu", "FAILED"),
+                                                                      ("vanishing-standin", "FAILED")]
     assert "DataLoader worker" in results[0]["reason"] and "killed" in results[0]["reason"], results[0]["reason"]
-    assert "not present" in results[1]["reason"]  # the next configuration still ran
+    assert "vanished after the check" in results[1]["reason"]  # the next configuration still ran
 
 
 @pytest.mark.mechanics
