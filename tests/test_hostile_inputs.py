@@ -366,3 +366,28 @@ def test_a_record_file_that_is_a_fifo_or_dev_zero_is_one_line_at_once(tmp_path, 
         err = [line for line in capsys.readouterr().err.strip().splitlines() if " INFO mlflow" not in line]
         assert code == 2 and len(err) == 1 and f"is a {kind}, not a regular file" in err[0], err
         assert time.monotonic() - started < 20
+
+
+@pytest.mark.mechanics
+def test_repeated_warnings_are_summarized_and_records_hold_no_per_sample_lists(tmp_path, dataset):
+    """Issue 27, point 5: 10^6 metadata lines gave 10^6 warning lines and a 132 MB matrix.json. Repeated warnings
+    are the first few and a count; descriptions list a bounded number of skipped samples and count the rest."""
+    from workloads.bridgetower.data.sources import LISTED_WARNINGS
+    from workloads.bridgetower.data.validation import LISTED, Scan, UsableSamples
+
+    metadata = dataset / "metadata.jsonl"
+    first = json.loads(metadata.read_text().splitlines()[0])["file_name"]
+    with open(metadata, "ab") as fh:
+        fh.write(b"".join(_line(first) + b"\n" for _ in range(300)))
+    source = ImageFolderSource(dataset)
+    assert len(source.warnings) == LISTED_WARNINGS + 1
+    assert source.warnings[-1].endswith(f"and {300 - LISTED_WARNINGS:,} more lines list a file name again (300 in "
+                                        "all); their samples are used too")
+    bad = tuple((source.name_of(i), "unreadable") for i in range(LISTED + 7))
+    usable = UsableSamples(source, Scan(tuple(range(LISTED + 7, len(source))), bad))
+    described = usable.describe()
+    assert len(described["skipped"]) == LISTED and described["skipped_not_listed"] == 7
+    assert described["skipped_samples"] == LISTED + 7
+    fingerprint = usable.fingerprint()
+    assert fingerprint["skipped"] == LISTED + 7 and len(fingerprint["skipped_sha256"]) == 64
+    assert len(json.dumps(described)) < 20_000

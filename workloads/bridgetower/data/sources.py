@@ -115,6 +115,10 @@ def _require_unicode(where: str, column: str, text: str) -> None:
                            "surrogate: not Unicode text") from None
 
 
+#: Repeated warnings of one kind said one by one before the rest are counted in one line.
+LISTED_WARNINGS = 5
+
+
 class ImageFolderSource(ImageCaptionSource):
     """A Hugging Face ``imagefolder`` layout on disk, checked up front line by line.
 
@@ -169,6 +173,7 @@ class ImageFolderSource(ImageCaptionSource):
     def _read(self, metadata: Path, strict_files: bool) -> list[_Entry]:
         entries: list[_Entry] = []
         first_line: dict[str, int] = {}
+        repeated = 0
         with open(metadata, "rb") as fh:
             for number, raw in enumerate(fh, start=1):
                 where = f"{metadata}:{number}"
@@ -194,12 +199,17 @@ class ImageFolderSource(ImageCaptionSource):
                 self._check_file(where, path, strict_files)
                 name = os.path.normpath(PurePosixPath(row["file_name"]).as_posix())  # ./a.jpg and a.jpg: one file
                 if name in first_line:
-                    self.warnings.append(f"{where}: file_name {row['file_name']!r} is listed again (first on line "
-                                         f"{first_line[name]}); both samples are used")
+                    repeated += 1
+                    if repeated <= LISTED_WARNINGS:
+                        self.warnings.append(f"{where}: file_name {row['file_name']!r} is listed again (first on "
+                                             f"line {first_line[name]}); both samples are used")
                 first_line.setdefault(name, number)
                 entries.append(_Entry(path, caption))
         if not entries:
             raise DatasetError(f"{metadata} lists no samples")
+        if repeated > LISTED_WARNINGS:
+            self.warnings.append(f"{metadata}: and {repeated - LISTED_WARNINGS:,} more lines list a file name again "
+                                 f"({repeated:,} in all); their samples are used too")
         return entries
 
     @staticmethod

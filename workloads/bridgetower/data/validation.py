@@ -57,6 +57,10 @@ def scan(source: ImageCaptionSource, bounds: ImageBounds) -> Scan:
     return result
 
 
+#: How many skipped samples a description lists by name (all are counted).
+LISTED = 20
+
+
 class UsableSamples(SourceSubset):
     """``source`` without the samples a :func:`scan` found unusable."""
 
@@ -68,9 +72,15 @@ class UsableSamples(SourceSubset):
         self.scan = result
 
     def describe(self) -> dict[str, Any]:
+        """The source's description with the samples skipped: their count and the first :data:`LISTED` (a record
+        holds no per-sample list of a million bad lines)."""
+        shown = self.scan.bad[:LISTED]
         return {**self.source.describe(), "num_samples": len(self), "skipped_samples": len(self.scan.bad),
-                "skipped": [{"sample": name, "reason": reason} for name, reason in self.scan.bad]}
+                "skipped": [{"sample": name, "reason": reason} for name, reason in shown],
+                **({"skipped_not_listed": len(self.scan.bad) - len(shown)} if len(self.scan.bad) > LISTED else {})}
 
     def fingerprint(self) -> dict[str, Any]:
-        return {**self.source.fingerprint(), "skipped": [name for name, _ in self.scan.bad],
+        names = "\n".join(name for name, _ in self.scan.bad)
+        return {**self.source.fingerprint(), "skipped": len(self.scan.bad),
+                "skipped_sha256": hashlib.sha256(names.encode("utf-8", "surrogateescape")).hexdigest(),
                 "num_usable": len(self)}
