@@ -391,3 +391,38 @@ def test_repeated_warnings_are_summarized_and_records_hold_no_per_sample_lists(t
     fingerprint = usable.fingerprint()
     assert fingerprint["skipped"] == LISTED + 7 and len(fingerprint["skipped_sha256"]) == 64
     assert len(json.dumps(described)) < 20_000
+
+
+@pytest.mark.e2e
+@pytest.mark.mechanics
+def test_a_dataset_file_replaced_mid_matrix_is_flagged_at_the_end(tmp_path, dataset):
+    """Issue 27, point 12: the second configuration reads a replaced image; the matrix says so at its end (stderr and
+    matrix.json), and the two runs' fingerprints differ."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "suite", "run", "--dataset", str(dataset), "--workers", "0,1",
+                             "--steps", "2", "--warmup-steps", "0", "--no-progress", "--no-start-ahead",
+                             "--system-metrics-interval", "0", "--output", str(out),
+                             "--tracking-uri", f"sqlite:///{tmp_path}/m.db"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not ((out / "results.json").is_file() and len(json.loads((out / "results.json").read_text())["runs"])):
+        assert time.time() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() is not None else ""
+        time.sleep(0.05)
+    victim = sorted(dataset.glob("*.jpg"))[0]
+    victim.write_bytes(_encode_other(victim.read_bytes()))
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert "suite: warning: the dataset changed during the matrix: 1 run(s) read dataset" in err
+    changes = json.loads((out / "matrix.json").read_text())["dataset_changes"]
+    assert len(changes) == 2 and sorted(len(v) for v in changes.values()) == [1, 1]
+
+
+def _encode_other(jpeg: bytes) -> bytes:
+    """The same picture, re-encoded at another quality: other bytes, still a valid JPEG."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.open(io.BytesIO(jpeg)).save(out, "JPEG", quality=55)
+    return out.getvalue()

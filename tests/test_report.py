@@ -305,3 +305,30 @@ def test_hostile_names_stay_text_in_every_markdown_sink_in_a_real_browser(tmp_pa
         assert "&lt;img src=x onerror=" in dom, name  # shown as the text it is
     page_dom = rendered_dom(files.html)  # the HTML report, escaped since it exists
     assert not re.search(r"<body[^>]*data-pwned", page_dom) and "&lt;img src=x onerror=" in page_dom
+
+
+def test_runs_that_read_different_data_are_flagged_in_compare_and_the_report(tmp_path, capsys):
+    """Issue 27, point 12: a dataset file replaced mid-matrix gave configurations different dataset fingerprints and
+    neither run, compare nor the report said so."""
+    from suite.records.results import dataset_warning, differing_datasets
+
+    store = ResultsStore.create(tmp_path / "out", MatrixInfo(name="m", workload="bridgetower", command=["suite"]))
+    results = []
+    for workers, fingerprint in ((0, {"sha256": "a" * 64}), (2, {"sha256": "b" * 64})):
+        result = RunResult(config=dataclasses.replace(BASE, num_workers=workers).to_dict(), status=FINISHED,
+                           run_uid=f"w{workers}", metrics=_metrics(40.0 + workers),
+                           facts={"workload": {"dataset_fingerprint": fingerprint}})
+        store.record(result)
+        results.append(result)
+    store.finish(FINISHED, None)
+    store.release()
+    groups = differing_datasets(results)
+    assert len(groups) == 2 and sorted(len(v) for v in groups.values()) == [1, 1]
+    assert differing_datasets(results[:1]) == {}
+    warning = dataset_warning(groups)
+    assert warning.startswith("the dataset changed during the matrix: 1 run(s) read dataset ")
+    assert main(["compare", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 0
+    assert "suite: warning: the dataset changed during the matrix" in capsys.readouterr().err
+    content = from_folder(tmp_path / "out", None)
+    files = write_report(content, tmp_path / "report")
+    assert "the dataset changed during the matrix" in files.markdown.read_text()

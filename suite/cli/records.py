@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 from suite.cli import options
 from suite.cli.display import print_checks, print_compare_table, stamp, wide_console
 from suite.errors import ConfigError, SuiteError
+from suite.text import visible
 
 
 def add_parsers(sub: Any) -> None:
@@ -248,6 +250,7 @@ def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.analysis.compare import rows_from_mlflow, rows_from_results, speedups
     from suite.analysis.plots import plot
     from suite.analysis.published import load_reference, measured_table, reference_table
+    from suite.records.results import dataset_warning, differing_datasets
     from suite.records.store import ResultsStore
     from suite.recorders import MlflowGateway
 
@@ -258,6 +261,9 @@ def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if not results:
             raise SuiteError(f"{Path(args.results) / 'results.json'} lists no runs: nothing to compare")
         rows = rows_from_results(results)
+        changed = dataset_warning(differing_datasets(results))
+        if changed:
+            print(f"suite: warning: {visible(changed)}", file=sys.stderr)
         if not rows:
             raise SuiteError(f"no configuration of {args.results} finished: nothing to compare")
     elif args.results or args.experiment or args.filter_string:

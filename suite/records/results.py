@@ -8,6 +8,7 @@ drives :meth:`StepStats.as_dict`. Metric names are the public MLflow/JSON keys.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -250,3 +251,36 @@ class RunResult:
         if digest is not None and digest != result.loss_digest:
             raise ValueError("loss_digest does not match the recorded losses: the record is corrupt or edited")
         return result
+
+
+def differing_datasets(results: Sequence["RunResult"]) -> dict[str, list[str]]:
+    """Runs grouped by the dataset fingerprint they recorded (a 12-character digest of it -> their configurations),
+    when they did not all read the same data (a file replaced mid-matrix); empty when they did."""
+    groups: dict[str, list[str]] = {}
+    for result in results:
+        fingerprint = (result.facts.get("workload") or {}).get("dataset_fingerprint")
+        if fingerprint is None:
+            continue
+        digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        label = _config_label(result.config)
+        groups.setdefault(digest, []).append(label + (f" #{result.repeat}" if result.repeat else ""))
+    return groups if len(groups) > 1 else {}
+
+
+def _config_label(config: dict[str, Any]) -> str:
+    from suite.config import RunConfig
+
+    try:
+        return RunConfig.from_dict(config).describe()
+    except Exception:  # noqa: BLE001 - a label only
+        return str(config)
+
+
+def dataset_warning(groups: dict[str, list[str]]) -> str:
+    """One sentence for :func:`differing_datasets`'s groups (empty: none)."""
+    if not groups:
+        return ""
+    parts = "; ".join(f"{len(labels)} run(s) read dataset {digest} ({', '.join(labels[:3])}"
+                      f"{' and more' if len(labels) > 3 else ''})" for digest, labels in groups.items())
+    return (f"the dataset changed during the matrix: {parts}. Figures of runs that read different data are not "
+            "comparable")

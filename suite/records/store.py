@@ -65,6 +65,8 @@ class MatrixInfo:
     params: dict[str, str] = field(default_factory=dict)
     tracking_uri: str | None = None  # the matrix's own MLflow store
     timing: dict[str, float] = field(default_factory=dict)  # where the matrix's wall time went (run_matrix)
+    #: the runs grouped by the dataset they read, when not all read the same (results.differing_datasets)
+    dataset_changes: dict[str, list[str]] = field(default_factory=dict)
     status: str = RUNNING
     reason: str | None = None
     started_at: float = field(default_factory=_utc_now)

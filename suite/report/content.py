@@ -55,6 +55,7 @@ class ReportContent:
     alignment_error: str | None = None
     audit: list[AuditCheck] = field(default_factory=list)
     unfinished: list[str] = field(default_factory=list)  # "label: STATUS: reason"
+    dataset_warning: str = ""  # the runs did not all read the same data (records.results.dataset_warning)
     generated_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M:%S %Z"))
 
     @property
@@ -124,7 +125,7 @@ def _alignment(rows: Sequence[Row], reference: str | None, content: ReportConten
 
 def from_folder(folder: Path, reference: str | None, audits: Sequence[Path] = ()) -> ReportContent:
     """The report of a results folder (``suite run``, ``suite tune`` or ``suite audit`` output)."""
-    from suite.records.results import FINISHED
+    from suite.records.results import FINISHED, dataset_warning, differing_datasets
     from suite.records.store import ResultsStore
 
     store = ResultsStore(folder)
@@ -143,6 +144,7 @@ def from_folder(folder: Path, reference: str | None, audits: Sequence[Path] = ()
                        reference)
     content.unfinished = [f"{RunConfig.from_dict(r.config).describe()}: {r.status}: {r.reason}" for r in results
                           if r.status != FINISHED]
+    content.dataset_warning = dataset_warning(differing_datasets(results))
     for audit in [*audits, *([folder / "audit.json"] if (folder / "audit.json").is_file() else [])]:
         content.audit += read_audit(audit)
     return content

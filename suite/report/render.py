@@ -142,6 +142,8 @@ def sections(content: ReportContent) -> list[Section]:
                        + ": those figures are not the machine's (marked BUSY and hatched).")
     if any(r.config.device == "cpu" for r in rows):
         summary.append(DEVICE_MEMORY_NOTE[0].upper() + DEVICE_MEMORY_NOTE[1:] + ".")
+    if content.dataset_warning:
+        summary.append("Warning: " + content.dataset_warning + ".")
     fallbacks = [r for r in rows if r.metrics.get("device_decode_fallbacks", 0) > 0]
     if fallbacks:
         summary.append("Images decoded on the host, not the device (formats or pixels the device's decoder does not "

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 from suite.analysis.scoring import ConfigScore, score_repeats
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError, RecordingError, UnknownPluginError
-from suite.records.results import FAILED, FINISHED, KILLED, RunResult
+from suite.records.results import FAILED, FINISHED, KILLED, RunResult, differing_datasets
 from suite.records.store import ResultsStore
 from suite.recorders.base import Recorder
 from suite.registry import device_names, load_workload
@@ -286,6 +286,7 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
         cancel_ahead()  # the matrix stopped early: the processes started ahead are not needed
         outcome.timing = matrix_timing(outcome.results, started_at, setup_mlflow_s)
         info.timing = dict(outcome.timing)
+        info.dataset_changes = differing_datasets(outcome.results)  # a file replaced mid-matrix: said, recorded
         recorder_set.matrix_metrics(outcome.timing)
         if outcome.recording_error is not None:
             outcome.status = KILLED if outcome.status == KILLED else FAILED
