@@ -100,6 +100,7 @@ class RunSettings:
     # of a configuration's identity (see :attr:`RunConfig.config_id`).
     max_image_pixels: int | None = field(default=None, metadata=_CONTROL)  # None: Pillow's MAX_IMAGE_PIXELS
     max_image_bytes: int | None = field(default=None, metadata=_CONTROL)  # None: DEFAULT_MAX_IMAGE_BYTES
+    max_caption_bytes: int | None = field(default=None, metadata=_CONTROL)  # None: the workload's default bound
     allow_outside_links: bool = field(default=False, metadata=_CONTROL)  # symlinks leaving the dataset folder
     timeout_s: float | None = field(default=None, metadata=_CONTROL)  # None: derived from the steps; 0: none
     loader_timeout_s: float | None = field(default=None, metadata=_CONTROL)  # None: DEFAULT_LOADER_TIMEOUT_S
@@ -134,7 +135,7 @@ class RunSettings:
                                   f"meet: the same on every node), got {self.rdzv_endpoint!r}")
         if self.prefetch_factor is not None:
             _require_int("prefetch_factor", self.prefetch_factor, 1)
-        for name in ("max_image_pixels", "max_image_bytes"):
+        for name in ("max_image_pixels", "max_image_bytes", "max_caption_bytes"):
             if getattr(self, name) is not None:
                 _require_int(name, getattr(self, name), 1, 2**48)
         if not isinstance(self.allow_outside_links, bool):

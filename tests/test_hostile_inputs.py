@@ -75,8 +75,11 @@ def _link_to_dev_zero(folder):
      + b"}", "metadata.jsonl:1: JSON nested too deeply to read"),
     (lambda f: b'{"file_name": "00001.jpg", "image_description": "x", "n": ' + b"9" * 5000 + b"}",
      "metadata.jsonl:1: not a readable JSON line (a number of more digits than Python reads"),
+    (lambda f: _line("00001.jpg", "x" * 100_000_000), "metadata.jsonl:1: the line is 100,000,0"),
+    (lambda f: _line("00001.jpg", "x" * 70_000),
+     "metadata.jsonl:1: image_description is 70,000 bytes, over the limit of 65,536 (--max-caption-bytes)"),
 ], ids=["not-utf8", "int-file-name", "json-list", "null-caption", "absolute", "dotdot", "fifo", "dev-zero", "missing",
-        "surrogate-caption", "surrogate-name", "deep-json", "long-integer"])
+        "surrogate-caption", "surrogate-name", "deep-json", "long-integer", "caption-100MB", "caption-70KB"])
 def test_hostile_metadata_and_files_are_one_line_before_anything_runs(tmp_path, dataset, capsys, spoil, message):
     _prepend(dataset, spoil(dataset))
     started = time.monotonic()
@@ -125,6 +128,18 @@ def test_out_of_range_values_and_unusable_stores_are_one_line_before_anything_ru
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and message in err[0], err
     assert list(tmp_path.iterdir()) == [] and time.monotonic() - started < 30
+
+
+@pytest.mark.mechanics
+def test_a_long_caption_within_the_bound_given_is_read(tmp_path, dataset):
+    """Issue 27, point 4: the caption bound is a run control (--max-caption-bytes), generous by default."""
+    from workloads.bridgetower.data.sources import ImageFolderSource
+
+    _prepend(dataset, _line(json.loads((dataset / "metadata.jsonl").read_text().splitlines()[0])["file_name"],
+                            "y" * 70_000))
+    with pytest.raises(DatasetError, match="over the limit of 65,536"):
+        ImageFolderSource(dataset)
+    assert len(ImageFolderSource(dataset, max_caption_bytes=100_000).captions()[0]) == 70_000
 
 
 def test_an_output_that_is_a_file_is_one_line(tmp_path, capsys):

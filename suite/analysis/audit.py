@@ -243,7 +243,7 @@ def check_inputs_now(subject: str, config: RunConfig, manifest: dict[str, Any] |
     if manifest is None:
         return Check(subject, "inputs_now", FAIL, "no manifest recorded for this run")
     key = (config.workload, config.dataset, config.preset, config.weights, config.tokenizer, config.seed,
-           config.skip_bad_samples, config.max_image_pixels, config.max_image_bytes)
+           config.skip_bad_samples, config.max_image_pixels, config.max_image_bytes, config.max_caption_bytes)
     if key not in computed:
         try:
             computed[key] = load_workload(config.workload).input_fingerprints(config)

@@ -150,6 +150,9 @@ def add_configuration_options(parser: argparse.ArgumentParser, matrix: bool, ste
                              "loader (default: Pillow's decompression-bomb limit, 89,478,485)")
     bounds.add_argument("--max-image-bytes", type=int_at_least(1), default=None, metavar="N",
                         help="refuse an image file larger than this (default: 64 MiB)")
+    bounds.add_argument("--max-caption-bytes", type=int_at_least(1), default=None, metavar="N",
+                        help="refuse a dataset whose metadata holds a longer caption (UTF-8 bytes), naming the line, "
+                             "before anything runs (default: 64 KiB; a caption is tokenized to at most 128 tokens)")
     bounds.add_argument("--allow-outside-links", action="store_true",
                         help="follow symbolic links in the dataset folder that lead outside it (refused by default)")
     bounds.add_argument("--timeout", dest="timeout_s", type=non_negative_float, default=None, metavar="SECONDS",

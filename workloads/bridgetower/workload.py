@@ -131,7 +131,7 @@ class BridgeTowerWorkload(Workload):
     @staticmethod
     def _open(config: RunConfig) -> ImageCaptionSource:
         return open_source(config.dataset, config.skip_bad_samples, bounds=image_bounds(config),
-                           allow_outside_links=config.allow_outside_links)
+                           allow_outside_links=config.allow_outside_links, max_caption_bytes=config.max_caption_bytes)
 
     @classmethod
     def describe_preset(cls, name: str) -> dict[str, Any]:

@@ -16,24 +16,28 @@ from pathlib import Path
 from suite.errors import DatasetError
 
 from workloads.bridgetower.data.bounds import ImageBounds
-from workloads.bridgetower.data.sources import HubSource, ImageCaptionSource, ImageFolderSource
+from workloads.bridgetower.data.sources import (DEFAULT_MAX_CAPTION_BYTES, HubSource, ImageCaptionSource,
+                                                ImageFolderSource)
 from workloads.bridgetower.data.synthetic import DEFAULT_SAMPLES, DEFAULT_SEED, ensure_synthetic, generation_facts
 from workloads.bridgetower.data.validation import UsableSamples, scan
 
 
 def open_source(spec: str | None, skip_bad_samples: bool = False, synthetic_samples: int = DEFAULT_SAMPLES,
-                bounds: ImageBounds | None = None, allow_outside_links: bool = False) -> ImageCaptionSource:
+                bounds: ImageBounds | None = None, allow_outside_links: bool = False,
+                max_caption_bytes: int | None = None) -> ImageCaptionSource:
     """The source named by ``--dataset`` (see the module docstring), reading within ``bounds`` (default: the
-    default bounds); with ``skip_bad_samples``, without the samples that cannot be used (see :mod:`.validation`)."""
+    default bounds) and refusing captions over ``max_caption_bytes`` (default: ``DEFAULT_MAX_CAPTION_BYTES``); with
+    ``skip_bad_samples``, without the samples that cannot be used (see :mod:`.validation`)."""
     bounds = bounds or ImageBounds.of(None, None)
-    source = _open(spec, synthetic_samples, bounds, allow_outside_links, strict_files=not skip_bad_samples)
+    source = _open(spec, synthetic_samples, bounds, allow_outside_links, strict_files=not skip_bad_samples,
+                   max_caption_bytes=max_caption_bytes or DEFAULT_MAX_CAPTION_BYTES)
     if not skip_bad_samples:
         return source
     return UsableSamples(source, scan(source, bounds))
 
 
 def _open(spec: str | None, synthetic_samples: int, bounds: ImageBounds, allow_outside_links: bool,
-          strict_files: bool) -> ImageCaptionSource:
+          strict_files: bool, max_caption_bytes: int = 0) -> ImageCaptionSource:
     if spec in (None, "synthetic") or spec.startswith("synthetic:"):
         samples = synthetic_samples if spec in (None, "synthetic") else synthetic_size(spec)
         root = ensure_synthetic(samples, DEFAULT_SEED)
@@ -48,7 +52,7 @@ def _open(spec: str | None, synthetic_samples: int, bounds: ImageBounds, allow_o
             "path)"
         )
     return ImageFolderSource(path, allow_outside_links=allow_outside_links, max_bytes=bounds.max_bytes,
-                             strict_files=strict_files)
+                             strict_files=strict_files, max_caption_bytes=max_caption_bytes)
 
 
 #: The largest synthetic set ``synthetic:N`` makes (the published set has 9,792 images; this is 100 times that).

@@ -117,6 +117,11 @@ def _require_unicode(where: str, column: str, text: str) -> None:
 
 #: Repeated warnings of one kind said one by one before the rest are counted in one line.
 LISTED_WARNINGS = 5
+#: The longest caption read (UTF-8 bytes) without --max-caption-bytes: the published captions are ~200 bytes and
+#: the model reads 128 tokens of one; a 100 MB caption took a configuration to 21 GB before this bound.
+DEFAULT_MAX_CAPTION_BYTES = 64 * 2**10
+#: What a metadata line may hold besides its caption (file name, other columns), for the check before parsing.
+_LINE_OVERHEAD_BYTES = 64 * 2**10
 
 
 class ImageFolderSource(ImageCaptionSource):
@@ -132,13 +137,15 @@ class ImageFolderSource(ImageCaptionSource):
 
     def __init__(self, root: str | Path, caption_column: str = CAPTION_COLUMN, kind: str = "imagefolder",
                  allow_outside_links: bool = False, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
-                 strict_files: bool = True, facts: dict[str, Any] | None = None) -> None:
+                 strict_files: bool = True, facts: dict[str, Any] | None = None,
+                 max_caption_bytes: int = DEFAULT_MAX_CAPTION_BYTES) -> None:
         self.root = Path(root).expanduser().resolve()
         self.kind = kind
         self.facts = dict(facts or {})  # recorded with the description (e.g. how a synthetic set was made)
         self.caption_column = caption_column
         self.allow_outside_links = allow_outside_links
         self.max_bytes = max_bytes
+        self.max_caption_bytes = max_caption_bytes
         self.warnings: list[str] = []
         if not self.root.exists():
             raise DatasetError(f"dataset path does not exist: {self.root}")
@@ -183,6 +190,9 @@ class ImageFolderSource(ImageCaptionSource):
                     raise DatasetError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
                 if not line.strip():
                     continue
+                if len(raw) > self.max_caption_bytes + _LINE_OVERHEAD_BYTES:  # before parsing a 100 MB line
+                    raise DatasetError(f"{where}: the line is {len(raw):,} bytes; a caption may be at most "
+                                       f"{self.max_caption_bytes:,} bytes (--max-caption-bytes)")
                 row = _json_line(where, line)
                 if not isinstance(row, dict):
                     raise DatasetError(f"{where}: a JSON {_JSON_TYPES.get(type(row), type(row).__name__)}, not an "
@@ -196,6 +206,9 @@ class ImageFolderSource(ImageCaptionSource):
                 if not isinstance(caption, str):
                     raise DatasetError(f"{where}: {self.caption_column} must be a string, got {caption!r}")
                 _require_unicode(where, self.caption_column, caption)
+                if len(caption.encode("utf-8")) > self.max_caption_bytes:
+                    raise DatasetError(f"{where}: {self.caption_column} is {len(caption.encode('utf-8')):,} bytes, "
+                                       f"over the limit of {self.max_caption_bytes:,} (--max-caption-bytes)")
                 self._check_file(where, path, strict_files)
                 name = os.path.normpath(PurePosixPath(row["file_name"]).as_posix())  # ./a.jpg and a.jpg: one file
                 if name in first_line:
