@@ -441,3 +441,38 @@ def _encode_other(jpeg: bytes) -> bytes:
     out = io.BytesIO()
     Image.open(io.BytesIO(jpeg)).save(out, "JPEG", quality=55)
     return out.getvalue()
+
+
+def _grey_png(width: int, height: int) -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b""))
+
+
+@pytest.mark.e2e
+@pytest.mark.mechanics
+def test_what_resizing_makes_of_an_image_is_bounded_before_it_is_allocated_for_every_loader(tmp_path, dataset):
+    """Issue 27, point 6: a 128-byte 50000x1 PNG is 50,000 pixels decoded but 50000*64 x 64 once its shorter side
+    is resized to the tiny preset's 64 (52 GB at the small preset's 294). Every loader refuses it from the header,
+    naming the stage and the size."""
+    from conftest import runs_of
+
+    png = _grey_png(50000, 1)
+    assert len(png) < 300
+    (dataset / "wide.png").write_bytes(png)
+    _prepend(dataset, _line("wide.png"))
+    code = main(["run", "--dataset", str(dataset), "--loader", "cpu,cpu-fast,device,dali", "--workers", "0",
+                 "--steps", "3", "--warmup-steps", "0", "--no-progress", "--system-metrics-interval", "0",
+                 "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    runs = runs_of(tmp_path / "out")
+    assert code == 1 and [r["status"] for r in runs] == ["FAILED"] * 4
+    for run in runs:
+        assert ("wide.png: resized to a shorter side of 64 is 3200000x64 = 204,800,000 pixels, over the limit of "
+                "89,478,485 (--max-image-pixels)") in run["reason"], run["reason"]
+        assert run["metrics"].get("host_ram_peak_rss_bytes", 0) < 1.5 * 2**30

@@ -67,8 +67,9 @@ def _world_size() -> int:
 
 
 def image_bounds(config: RunConfig) -> ImageBounds:
-    """The image bounds a configuration asks for (--max-image-pixels, --max-image-bytes; defaults otherwise)."""
-    return ImageBounds.of(config.max_image_pixels, config.max_image_bytes)
+    """The image bounds a configuration asks for (--max-image-pixels, --max-image-bytes; defaults otherwise), every
+    stage of the preset's preprocessing included (its output size)."""
+    return ImageBounds.of(config.max_image_pixels, config.max_image_bytes, PRESETS[config.preset].image_size)
 
 
 def build_model(preset: BridgeTowerPreset, weights: str | None) -> Any:

@@ -1,9 +1,11 @@
 """Bounds on what a dataset may make the suite read and decode, checked before any pixel is allocated.
 
 Every encoded image passes :meth:`ImageBounds.check` once it is read and before any decoder sees it, whichever
-loader runs (cpu, cpu-fast, device, dali) and in the ``--skip-bad-samples`` scan: its size in bytes, then its
-pixel count from the header alone (libjpeg-turbo's header parser for JPEGs, Pillow's lazy open for the rest:
-neither decodes). A refused image is a :class:`~suite.errors.DatasetError` naming the file and its size.
+loader runs (cpu, cpu-fast, device, dali) and in the ``--skip-bad-samples`` scan: its size in bytes, then, from the
+header alone (libjpeg-turbo's header parser for JPEGs, Pillow's lazy open for the rest: neither decodes), the pixel
+count of every buffer preprocessing would make of it: the decoded image, its resize to the model's size and the
+resize's intermediate pass (a tiny 50000x1 PNG is small decoded and 4.3 billion pixels resized). A refused image is
+a :class:`~suite.errors.DatasetError` naming the file, the stage and its size.
 """
 
 from __future__ import annotations
@@ -53,17 +55,20 @@ def header_size(data: bytes) -> tuple[int, int]:
 class ImageBounds:
     max_pixels: int
     max_bytes: int
+    output_size: int | None = None  # the preprocessing's shorter side; None: only the decoded image is bounded
 
     @classmethod
-    def of(cls, max_pixels: int | None, max_bytes: int | None) -> "ImageBounds":
+    def of(cls, max_pixels: int | None, max_bytes: int | None, output_size: int | None = None) -> "ImageBounds":
         """The bounds a configuration asks for; ``None`` means the default (Pillow's pixel limit, 64 MiB)."""
-        return cls(max_pixels or pillow_max_image_pixels(), max_bytes or DEFAULT_MAX_IMAGE_BYTES)
+        return cls(max_pixels or pillow_max_image_pixels(), max_bytes or DEFAULT_MAX_IMAGE_BYTES, output_size)
 
-    def describe(self) -> dict[str, int]:
-        return {"max_image_pixels": self.max_pixels, "max_image_bytes": self.max_bytes}
+    def describe(self) -> dict[str, int | None]:
+        return {"max_image_pixels": self.max_pixels, "max_image_bytes": self.max_bytes,
+                "bounded_output_size": self.output_size}
 
     def check(self, data: bytes, name: str) -> None:
-        """Refuse ``data`` (image ``name``) when it is larger than the bounds; unreadable headers are left to
+        """Refuse ``data`` (image ``name``) when it is larger than the bounds, at every stage that would allocate
+        pixels (:meth:`stages`: a 230-byte 50000x1 PNG asked for 52 GB once resized). Unreadable headers are left to
         the decoder, which names the problem."""
         if len(data) > self.max_bytes:
             raise DatasetError(f"image {name} is {len(data):,} bytes, over the limit of {self.max_bytes:,} "
@@ -72,9 +77,26 @@ class ImageBounds:
             width, height = header_size(data)
         except ValueError:
             return  # not an image we can size: the decoder fails on it with its own reason
-        if width * height > self.max_pixels:
-            raise DatasetError(f"image {name} is {width}x{height} = {width * height:,} pixels, over the limit of "
-                               f"{self.max_pixels:,} (--max-image-pixels)")
+        for stage, (w, h) in self.stages(width, height, self.output_size):
+            if w * h > self.max_pixels:
+                raise DatasetError(f"image {name}: {stage} is {w}x{h} = {w * h:,} pixels, over the limit of "
+                                   f"{self.max_pixels:,} (--max-image-pixels)")
+
+    @staticmethod
+    def stages(width: int, height: int, output_size: int | None) -> list[tuple[str, tuple[int, int]]]:
+        """Every pixel buffer preprocessing makes of a ``width`` x ``height`` image, as (what, (width, height)):
+        the decoded image; with ``output_size``, the resize of its shorter side to it (aspect kept) and the
+        separable resize's intermediate pass (one axis resized, the other not yet)."""
+        stages = [("decoded", (width, height))]
+        if output_size is None or width < 1 or height < 1:
+            return stages
+        short, long = min(width, height), max(width, height)
+        new_long = max(1, int(output_size * long / short))
+        new_w, new_h = (new_long, output_size) if width >= height else (output_size, new_long)
+        stages.append((f"resized to a shorter side of {output_size}", (new_w, new_h)))
+        intermediate = max((new_w, height), (width, new_h), key=lambda size: size[0] * size[1])
+        stages.append(("the resize's intermediate pass", intermediate))
+        return stages
 
     def apply_to_pillow(self) -> None:
         """Make Pillow's own decompression-bomb check agree with this bound (in this process and the loader
