@@ -71,7 +71,7 @@ def _link_to_dev_zero(folder):
     (lambda f: b'{"file_name": "00001.jpg", "image_description": "x\\ud800"}',
      "metadata.jsonl:1: image_description holds '\\ud800' at character 1, a lone surrogate"),
     (lambda f: b'{"file_name": "0000\\udfff.jpg", "image_description": "x"}', "file_name holds '\\udfff'"),
-    (lambda f: b'{"file_name": "00001.jpg", "image_description": "x", "n": ' + b"[" * 200_000 + b"]" * 200_000
+    (lambda f: b'{"file_name": "00001.jpg", "image_description": "x", "n": ' + b"[" * 50_000 + b"]" * 50_000
      + b"}", "metadata.jsonl:1: JSON nested too deeply to read"),
     (lambda f: b'{"file_name": "00001.jpg", "image_description": "x", "n": ' + b"9" * 5000 + b"}",
      "metadata.jsonl:1: not a readable JSON line (a number of more digits than Python reads"),

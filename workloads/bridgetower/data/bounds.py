@@ -79,8 +79,9 @@ class ImageBounds:
             return  # not an image we can size: the decoder fails on it with its own reason
         for stage, (w, h) in self.stages(width, height, self.output_size):
             if w * h > self.max_pixels:
-                raise DatasetError(f"image {name}: {stage} is {w}x{h} = {w * h:,} pixels, over the limit of "
-                                   f"{self.max_pixels:,} (--max-image-pixels)")
+                what = f"image {name} is" if stage == "decoded" else f"image {name}: {stage} is"
+                raise DatasetError(f"{what} {w}x{h} = {w * h:,} pixels, over the limit of {self.max_pixels:,} "
+                                   "(--max-image-pixels)")
 
     @staticmethod
     def stages(width: int, height: int, output_size: int | None) -> list[tuple[str, tuple[int, int]]]:
