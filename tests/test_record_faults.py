@@ -126,6 +126,13 @@ def test_a_full_file_system_mid_matrix_keeps_the_finished_run_and_recover_restor
     matrix_json = json.loads((out / "matrix.json").read_text())
     assert matrix_json["status"] == "FAILED" and "No space left on device" in matrix_json["reason"]
     assert (out / run["facts"]["run_dir"] / "result.json").is_file()  # written back into the run's folder
+    # issue 27, point 11: the manifest was written before the run, and the rescue's complete one replaced it: the
+    # audit can check the record and re-run it
+    manifest = json.loads((out / run["facts"]["run_dir"] / "manifest.json").read_text())
+    assert manifest["stage"] == "complete" and manifest["dataset_fingerprint"] and manifest["config"] == run["config"]
+    assert main(["audit", str(out), "--no-rerun", "--output", str(tmp_path / "audit"), "--tracking-uri", uri]) in (0, 3)
+    report = json.loads((tmp_path / "audit" / "audit.json").read_text())
+    assert not [c for c in report["checks"] if c["verdict"] == "FAIL"], report
 
 
 @pytest.mark.parametrize("kill_configuration", [False, True], ids=["orphan-finishes", "both-killed"])

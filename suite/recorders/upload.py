@@ -26,8 +26,9 @@ from pathlib import Path
 from suite.analysis.scoring import ConfigScore
 from suite.config import RunConfig
 from suite.errors import ResultsFolderError
+from suite.fileio import read_record_text
 from suite.records.results import KILLED, RUNNING, RunResult
-from suite.records.store import ResultsStore, RunFiles, read_rescue
+from suite.records.store import ResultsStore, RunFiles, read_rescue, rescued_manifests
 from suite.recorders.mlflow_gateway import MlflowGateway, check_reachable, default_tracking_uri, normalize_uri
 from suite.recorders.mlflow_recorder import MlflowRecorder
 
@@ -59,6 +60,17 @@ def _process_alive(pid: object, files: RunFiles) -> bool:
     return PROCESS_MODULE in command and str(files.folder) in command
 
 
+def _incomplete_manifest(folder: Path) -> bool:
+    """Whether a run folder lacks its complete manifest (none, an unreadable one, or the one written before the
+    run)."""
+    from suite.records.manifest import COMPLETE
+
+    try:
+        return json.loads(read_record_text(folder / "manifest.json")).get("stage", COMPLETE) != COMPLETE
+    except (OSError, ValueError, AttributeError):
+        return True
+
+
 def repair(store: ResultsStore, rescue: Path | None = None) -> tuple[list[str], list[str]]:
     """Repair a locked results folder (see the module docstring); (what was repaired, runs still running)."""
     matrix = store.matrix_info
@@ -69,6 +81,7 @@ def repair(store: ResultsStore, rescue: Path | None = None) -> tuple[list[str], 
         if rescued_matrix.uid != matrix.uid:
             raise ResultsFolderError(f"rescue file {rescue} belongs to matrix {rescued_matrix.uid}, not to "
                                      f"{store.root} (matrix {matrix.uid})")
+        manifests = rescued_manifests(rescue)
         for run in runs:
             if run.run_uid not in known:
                 store.record(run)
@@ -77,6 +90,11 @@ def repair(store: ResultsStore, rescue: Path | None = None) -> tuple[list[str], 
                 if folder is not None and folder.is_dir() and not (folder / "result.json").exists():
                     RunFiles(store.root, folder.name).write(folder / "result.json", run.to_dict())
                 notes.append(f"recorded {run.run_uid} ({run.status}) from the rescue file")
+            folder = store.run_folder(run)
+            manifest = manifests.get(run.run_uid or "")
+            if manifest is not None and folder is not None and folder.is_dir() and _incomplete_manifest(folder):
+                RunFiles(store.root, folder.name).write(folder / "manifest.json", manifest)
+                notes.append(f"wrote {folder.name}'s complete manifest from the rescue file")
         if scores and not store.scores():
             store.record_scores(scores)
         if matrix.status == RUNNING and rescued_matrix.status != RUNNING:

@@ -21,13 +21,22 @@ MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 2  # 2: loader, num_workers and prefetch_factor as requested and as run
 
 
-def build_manifest(result: RunResult, command: Sequence[str]) -> dict[str, Any]:
+#: ``stage`` of a manifest written before the run (config, seeds, environment: enough to re-run it) and of the
+#: complete one written at its end (with the run's facts: device, fingerprints, what ran).
+BEFORE_THE_RUN, COMPLETE = "before the run", "complete"
+
+
+def build_manifest(result: RunResult, command: Sequence[str], stage: str = COMPLETE) -> dict[str, Any]:
+    """The manifest of ``result``'s run. Written twice by the configuration process: before the run (``stage``
+    :data:`BEFORE_THE_RUN`: whatever happens to the disk later, the audit can re-run it) and complete at its end; a
+    rescue file carries the complete one (built by the runner from the result it holds)."""
     config = result.config
     facts = result.facts
     workload = facts.get("workload", {})
     seed = config["seed"]
     return {
         "manifest_version": MANIFEST_VERSION,
+        "stage": stage,
         "config": config,
         "repeat": result.repeat,
         "seeds": {

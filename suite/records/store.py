@@ -371,9 +371,13 @@ class ResultsStore:
         """Write what this store holds in memory (matrix, runs, scores) to a rescue file outside the results
         folder (the temporary folder, else the user's cache), for ``suite recover --from``; ``None`` if no
         place could take it."""
+        from suite.records.manifest import build_manifest
+
         matrix = self.matrix_info
         payload = {"schema_version": SCHEMA_VERSION, "matrix": matrix.to_dict(), "results_folder": str(self.root),
-                   "runs": [r.to_dict() for r in self._runs], "scores": self._scores}
+                   "runs": [r.to_dict() for r in self._runs], "scores": self._scores,
+                   # each run's complete manifest, built from the result held here: what an audit re-runs from
+                   "manifests": {r.run_uid: build_manifest(r, matrix.command) for r in self._runs if r.run_uid}}
         for folder in (Path(tempfile.gettempdir()), Path.home() / ".cache" / "suite" / "rescue"):
             target = folder / f"{RESCUE_PREFIX}{matrix.uid}.json"
             try:
@@ -433,7 +437,7 @@ class ResultsStore:
 
 
 def read_rescue(path: str | os.PathLike[str]) -> tuple[MatrixInfo, list[RunResult], list[dict[str, Any]]]:
-    """A rescue file written by :meth:`ResultsStore.rescue`, validated."""
+    """A rescue file written by :meth:`ResultsStore.rescue`, validated (its manifests: :func:`rescued_manifests`)."""
     path = Path(path)
     data = _read_json(path)
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION or "matrix" not in data:
@@ -444,3 +448,10 @@ def read_rescue(path: str | os.PathLike[str]) -> tuple[MatrixInfo, list[RunResul
         raise ResultsFolderError(f"{path}: matrix: {exc}") from None
     runs = [validate_result(r, f"{path}: run {i}") for i, r in enumerate(data.get("runs") or [])]
     return matrix, runs, list(data.get("scores") or [])
+
+
+def rescued_manifests(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """The complete manifests a rescue file carries, by run uid (none in a rescue file of an older suite)."""
+    data = _read_json(Path(path))
+    manifests = data.get("manifests") if isinstance(data, dict) else None
+    return {str(k): v for k, v in manifests.items() if isinstance(v, dict)} if isinstance(manifests, dict) else {}

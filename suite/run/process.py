@@ -31,7 +31,7 @@ from suite.config import RunConfig  # noqa: E402
 from suite.errors import RecordingError, SuiteError  # noqa: E402
 from suite.events import LAUNCHED_AT_ENV, emit  # noqa: E402
 from suite.records.environment import accelerator_environment  # noqa: E402
-from suite.records.manifest import build_manifest  # noqa: E402
+from suite.records.manifest import BEFORE_THE_RUN, build_manifest  # noqa: E402
 from suite.records.mlperf_log import MlperfLog, log_disclosures  # noqa: E402
 from suite.records.results import FAILED, FINISHED, RunResult  # noqa: E402
 from suite.records.store import RunFiles  # noqa: E402
@@ -487,6 +487,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.standby:
         log.line(f"started ahead of its turn: imports took {clock.seconds['imports']:.1f} s before the hand-over")
+    if leader:  # a manifest before the run: a disk that fills during it cannot take away what a re-run needs
+        try:
+            files.write(files.manifest, build_manifest(RunResult(config=config.to_dict(), status="RUNNING"),
+                                                       info.get("command") or sys.argv, BEFORE_THE_RUN))
+        except RecordingError as exc:
+            log.line(f"could not write the manifest before the run ({exc}); the runner keeps one in its rescue")
     result = execute(config, emit_event=report, mllog_path=str(files.mllog) if leader else None, rank=rank,
                      config_filename=f"{files.relative_folder}/config.json", setup=clock, started_at=started_at)
     result.facts["started_ahead"] = bool(args.standby)
