@@ -72,7 +72,8 @@ def _measure_here(config: RunConfig, loaders: Sequence[str], count: int) -> dict
             except SuiteError as exc:
                 out[loader] = {"skip": f"cannot run here: {exc}"}
                 continue
-            out[loader] = {**pixel_figures(made["pixels"].cpu(), made["reference"].cpu()), "images": len(made["images"])}
+            figures = pixel_figures(made["pixels"].cpu(), made["reference"].cpu())
+            out[loader] = {**figures, "images": len(made["images"])}
     finally:
         adapter.teardown()
     return out

@@ -284,9 +284,9 @@ def print_results_table(results: Sequence[RunResult]) -> None:
     if busy:
         shares = ", ".join(f"{_plain(RunConfig.from_dict(r.config).describe())} (others used "
                            f"{r.facts['contention'].get('others_share', 0):.0%} of the cores)" for r in busy)
-        print(f"suite: warning: measured while other work used the machine: {visible(shares)}. Those figures are not the "
-              "machine's, and an audit gives them no verdict: measure again on a quiet machine, or with --repeats N "
-              "to see the spread.", file=sys.stderr)
+        print(f"suite: warning: measured while other work used the machine: {visible(shares)}. Those figures are "
+              "not the machine's, and an audit gives them no verdict: measure again on a quiet machine, or with "
+              "--repeats N to see the spread.", file=sys.stderr)
 
 
 def print_scores_table(scores: Sequence[ConfigScore]) -> None:

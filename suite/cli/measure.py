@@ -30,7 +30,8 @@ def add_parsers(sub: Any) -> None:
                      help="JSON or TOML file with matrix fields (workload, preset, devices, workers, loaders, "
                           "precisions, engines, steps, warmup_steps, seed, batch_size, dataset, weights, "
                           "skip_bad_samples, nproc_per_node, nnodes, rdzv_endpoint, prefetch_factor, max_image_pixels, "
-                          "max_image_bytes, max_caption_bytes, allow_outside_links, timeout_s, loader_timeout_s, eval_every, "
+                          "max_image_bytes, max_caption_bytes, allow_outside_links, timeout_s, loader_timeout_s, "
+                          "eval_every, "
                           "target_quality, max_steps, submission_org, submission_platform, submission_division, "
                           "clear_caches) and "
                           f"{', '.join(FILE_RUN_OPTIONS)}; options given on the command line win")

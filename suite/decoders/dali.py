@@ -6,9 +6,9 @@ bytes, as read by the DataLoader workers) -> ``decoders.image`` (nvJPEG on the G
 decoder on the CPU device), with ``adjust_orientation=False``: the reference preprocessing ignores EXIF orientation,
 and DALI would otherwise rotate such photos -> ``resize`` of the shorter side, cubic, antialiased, to float32
 (``dtype=FLOAT``: DALI keeps uint8 by default, clamping the cubic filter's overshoot before normalization, which the
-reference does not) -> ``crop_mirror_normalize`` (center crop, mean/std, float32, CHW). The result is copied into a torch tensor on the device with
-``nvidia.dali.plugin.pytorch.feed_ndarray``, on torch's current CUDA stream (as DALI's own ``DALIGenericIterator``
-does), so torch never reads the buffer before DALI has written it.
+reference does not) -> ``crop_mirror_normalize`` (center crop, mean/std, float32, CHW). The result is copied into
+a torch tensor on the device with ``nvidia.dali.plugin.pytorch.feed_ndarray``, on torch's current CUDA stream (as
+DALI's own ``DALIGenericIterator`` does), so torch never reads the buffer before DALI has written it.
 
 One batch is fed per ``run()``: DALI's pipeline documentation asks for ``prefetch_queue_depth=1`` in that mode (with
 the default 2 the second ``run()`` fails: "Attempted to peek the data batch that doesn't exist"). A pipeline is built

@@ -299,8 +299,8 @@ class MlflowRecorder(Recorder):
             metrics.append(("summary/speedup_best_over_baseline", speedup, now_ms, 0))
         lines = [markdown_literal(content.headline()), ""]
         if content.contended:
-            lines += ["**Busy host** while measuring: " + markdown_literal(", ".join(r.label for r in content.contended)),
-                      ""]
+            busy = ", ".join(r.label for r in content.contended)
+            lines += ["**Busy host** while measuring: " + markdown_literal(busy), ""]
         lines += [markdown_table(results_table(content)), "",
                   "Full report (charts, published figures, provenance): artifact `report/report.html`."]
         self.gateway.log(self.parent_run_id, metrics=metrics, tags={
