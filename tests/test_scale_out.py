@@ -255,3 +255,32 @@ def test_two_nodes_record_each_configuration_once_and_a_node_that_dies_fails_it_
                                             "tags.`suite.role` = 'configuration'")
     assert len(configuration_runs) == 1 + (second["mlflow_run_id"] is not None)
     assert result["mlflow_run_id"] in {r.info.run_id for r in configuration_runs}  # once, from one node
+
+
+@pytest.mark.e2e
+def test_a_stopped_database_server_is_one_line_within_seconds(tmp_path, postgres, capsys, monkeypatch):
+    """Issue 27, point 9: a hung (stopped) tracking store stalled a run for 69 s before anything was said. The
+    server is stopped with SIGSTOP (it still accepts TCP connections: the kernel queues them)."""
+    import psutil
+
+    from suite.cli import main
+    from suite.recorders import mlflow_gateway
+
+    monkeypatch.setattr(mlflow_gateway, "DATABASE_ANSWER_S", 3.0)
+    port = int(postgres.rsplit(":", 1)[1].split("/")[0])
+    [server] = [p for p in psutil.process_iter(["name", "cmdline"]) if p.info["name"] == "postgres"
+                and any(f"-p {port}" in arg or arg == str(port) for arg in p.info["cmdline"] or [])][:1] or [None]
+    assert server is not None, "the test's own postgres server"
+    monkeypatch.chdir(tmp_path)
+    server.suspend()
+    try:
+        started = time.monotonic()
+        code = main(["run", "--workers", "0", "--steps", "1", "--no-progress", "--tracking-uri", postgres])
+        elapsed = time.monotonic() - started
+    finally:
+        server.resume()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "does not answer within 3 s (stopped or overloaded)" in err[0], err
+    assert elapsed < 30 and list(tmp_path.iterdir()) == []
+    assert main(["run", "--workers", "0", "--steps", "1", "--warmup-steps", "0", "--no-progress",
+                 "--system-metrics-interval", "0", "--tracking-uri", postgres, "--output", str(tmp_path / "out")]) == 0

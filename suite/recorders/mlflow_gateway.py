@@ -99,13 +99,44 @@ def check_tracking_uri(uri: str) -> None:
             raise SuiteError(f"tracking URI {uri!r} is an in-memory database: every record would vanish when the "
                              "run ends; give a file (sqlite:///PATH/mlflow.db)")
         return
-    host = urllib.parse.urlsplit(uri).hostname
+    parts = urllib.parse.urlsplit(uri)
+    host = parts.hostname
     if host:
         try:
             socket.getaddrinfo(host, None)
         except socket.gaierror as exc:
             raise SuiteError(f"tracking URI {uri!r}: host {host!r} does not resolve ({exc.strerror}); a name that "
                              "does not resolve is not a transient failure: check the host name") from None
+    if scheme in DATABASE_PORTS and host:
+        _check_database_answers(uri, host, parts.port or DATABASE_PORTS[scheme], scheme)
+
+
+#: Database servers' default ports, and the bytes a live one answers first.
+DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306}
+#: How long a database server may take to answer its first bytes before the run is refused.
+DATABASE_ANSWER_S = 10.0
+
+
+def _check_database_answers(uri: str, host: str, port: int, scheme: str) -> None:
+    """Refuse a database server that does not answer within :data:`DATABASE_ANSWER_S`: a stopped (or hung) server
+    still accepts TCP connections (the kernel queues them), and MLflow would wait on it for minutes. PostgreSQL answers
+    an SSLRequest with one byte (``S`` or ``N``); MySQL greets every connection first."""
+    import socket
+
+    what = f"tracking URI {uri!r}: the {scheme} server at {host}:{port}"
+    try:
+        with socket.create_connection((host, port), timeout=DATABASE_ANSWER_S) as connection:
+            connection.settimeout(DATABASE_ANSWER_S)
+            if scheme == "postgresql":
+                connection.sendall((8).to_bytes(4, "big") + (80877103).to_bytes(4, "big"))  # SSLRequest
+            if not connection.recv(1):
+                raise SuiteError(f"{what} closed the connection without answering")
+    except socket.timeout:
+        raise SuiteError(f"{what} accepts connections but does not answer within {DATABASE_ANSWER_S:g} s (stopped "
+                         "or overloaded); nothing was recorded") from None
+    except OSError as exc:
+        raise SuiteError(f"{what} is unreachable ({exc.strerror or exc}); start it or pass another "
+                         "--tracking-uri") from None
 
 
 def refuse_links(folder: Path) -> None:
