@@ -107,6 +107,10 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 TOKENS_CACHE_VERSION = 1
 
 
+#: Captions tokenized per call of the tokenizer (its memory grows with the captions of one call).
+TOKENIZE_CHUNK = 4096
+
+
 def tokenize_captions(tokenizer: Any, captions: list[str], max_length: int, tokenizer_sha256: str | None = None
                       ) -> tuple[dict[str, Any], bool]:
     """``input_ids`` and ``attention_mask`` of ``captions`` as the reference makes them (``max_length`` padding,
@@ -133,8 +137,16 @@ def tokenize_captions(tokenizer: Any, captions: list[str], max_length: int, toke
             return {"input_ids": cached["input_ids"], "attention_mask": cached["attention_mask"]}, True
     except Exception:  # noqa: BLE001 - absent, partial or foreign: tokenize again
         pass
-    encoded = tokenizer(captions, max_length=max_length, padding="max_length", truncation=True, return_tensors="pt")
-    tensors = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+    tensors = {"input_ids": torch.empty((len(captions), max_length), dtype=torch.long),
+               "attention_mask": torch.empty((len(captions), max_length), dtype=torch.long)}
+    # in chunks: the tokenizer keeps a rich Encoding per caption while a call lasts (~7 KB each here), so one call
+    # over a million captions took gigabytes; each caption is padded and truncated on its own, so chunks change
+    # nothing in the result
+    for start in range(0, len(captions), TOKENIZE_CHUNK):
+        chunk = captions[start:start + TOKENIZE_CHUNK]
+        encoded = tokenizer(chunk, max_length=max_length, padding="max_length", truncation=True, return_tensors="pt")
+        for name in tensors:
+            tensors[name][start:start + len(chunk)] = encoded[name]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
