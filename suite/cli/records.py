@@ -26,7 +26,7 @@ def add_parsers(sub: Any) -> None:
                     "accounting, loader/workers/prefetch observed = requested, re-run from the manifest with "
                     "identical inputs (with --no-rerun: the inputs' fingerprints recomputed now), loss digest "
                     "(bit-identical on the same device kind, else within --loss-rtol), throughput equivalence "
-                    "(the 90 %% interval of the ratio re-run/recorded inside +-tolerance: PASS; wholly outside: "
+                    "(the 90 % interval of the ratio re-run/recorded inside +-tolerance: PASS; wholly outside: "
                     "FAIL; else, or on a contended run, INCONCLUSIVE), package and commit drift (WARN). Exit "
                     "status: 0 PASS, 1 FAIL (any check failed), 3 INCONCLUSIVE (none failed, one could not "
                     "decide). --calibrate prints the throughput test's error rates on synthetic series instead.")
