@@ -40,6 +40,27 @@ def test_plugins(monkeypatch):
     sys.modules.pop("suite_test_plugins", None)
 
 
+def require(module: str):
+    """A library the test extra or tox env installs: missing is a failure in CI, a skip elsewhere."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"{module} not installed ({exc})")
+
+
+def cpu_adapter():
+    """The CPU device adapter, set up."""
+    from suite.devices.cpu import CPUAdapter
+
+    device = CPUAdapter()
+    device.setup()
+    return device
+
+
 def runs_of(folder):
     """The run records of a results folder's results.json (schema 2: {"schema_version", "matrix_uid", "runs"})."""
     import json

@@ -166,6 +166,13 @@ def recorded(tmp_path_factory):
     return tmp, uri
 
 
+def _copy_of(recorded, tmp_path):
+    """A copy of the recorded results folder to edit, and the store's URI."""
+    tmp, uri = recorded
+    shutil.copytree(tmp / "out", tmp_path / "copy")
+    return tmp_path / "copy", uri
+
+
 def _audit(target, tmp_path, uri, *extra):
     code = main(["audit", str(target), "--tracking-uri", uri, "--output", str(tmp_path / "audit"), "--no-progress",
                  *extra])
@@ -187,9 +194,7 @@ def test_no_rerun_recomputes_the_inputs_and_passes_an_untouched_record(recorded,
 @pytest.mark.e2e
 @pytest.mark.mechanics
 def test_an_edited_headline_fails_the_audit(recorded, tmp_path):
-    tmp, uri = recorded
-    copy = tmp_path / "copy"
-    shutil.copytree(tmp / "out", copy)
+    copy, uri = _copy_of(recorded, tmp_path)
     data = json.loads((copy / "results.json").read_text())
     data["runs"][0]["metrics"]["throughput_samples_per_s"] *= 1.8
     (copy / "results.json").write_text(json.dumps(data))
@@ -202,9 +207,7 @@ def test_an_edited_headline_fails_the_audit(recorded, tmp_path):
 @pytest.mark.e2e
 @pytest.mark.mechanics
 def test_an_edited_manifest_fingerprint_fails_without_a_rerun(recorded, tmp_path):
-    tmp, uri = recorded
-    copy = tmp_path / "copy"
-    shutil.copytree(tmp / "out", copy)
+    copy, uri = _copy_of(recorded, tmp_path)
     [run] = runs_of(copy)
     manifest_path = run_file(copy, run, "manifest.json")
     manifest = json.loads(manifest_path.read_text())

@@ -24,33 +24,13 @@ from suite.decoders.fallback import decode_with_fallback, placeholder_jpeg
 from suite.errors import SuiteError
 from suite.imaging import ImageKind, decode_to_rgb_tensor
 
-from conftest import runs_of
+from conftest import cpu_adapter, require, runs_of
 
 sys.path.insert(0, str(Path(__file__).parent))
 from odd_images import exif_rotated_jpeg, odd_images  # noqa: E402
 
 pytestmark = [pytest.mark.hardware_contract, pytest.mark.mechanics]
 MEAN, STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
-
-
-def _require(module: str):
-    import importlib
-    import os
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"{module} not installed ({exc})")
-
-
-def _cpu():
-    from suite.devices.cpu import CPUAdapter
-
-    device = CPUAdapter()
-    device.setup()
-    return device
 
 
 def _reference(data: bytes, size: int = 64) -> torch.Tensor:
@@ -83,7 +63,7 @@ EXPECTED_HOST = {
 def test_each_decoder_refuses_by_header_what_it_does_not_decode_as_the_reference(name):
     from suite.registry import load_decoder
 
-    decoder = load_decoder(name)(_cpu())
+    decoder = load_decoder(name)(cpu_adapter())
     refused = {file for file, data in odd_images().items() if decoder.refusal(ImageKind.of(data)) is not None}
     assert refused == EXPECTED_HOST[name]
     assert decoder.refusal(ImageKind.of(odd_images()["jpeg-named.png"])) is None  # the header says JPEG
@@ -92,8 +72,8 @@ def test_each_decoder_refuses_by_header_what_it_does_not_decode_as_the_reference
 def test_the_whole_corpus_through_dali_matches_the_reference_image_by_image():
     """One batch of all twelve: DALI decodes nine, the host three; every image equals the reference transform within
     DALI's own resampling (measured here: 1e-7 on these small images, since no downscale happens)."""
-    _require("nvidia.dali")
-    decoder = _cpu().decoder_for("dali")
+    require("nvidia.dali")
+    decoder = cpu_adapter().decoder_for("dali")
     corpus = odd_images()
     kinds = [ImageKind.of(data) for data in corpus.values()]
     done = decode_with_fallback(decoder, list(corpus.values()), kinds, 64, MEAN, STD, _finish)
@@ -110,16 +90,16 @@ def test_the_whole_corpus_through_dali_matches_the_reference_image_by_image():
 def test_dali_ignores_exif_orientation_as_the_reference_does():
     """Defect 6: fn.decoders.image rotates an orientation-6 JPEG by default (mean 1.5 normalized units from the
     reference); adjust_orientation=False keeps the stored pixels, as Pillow's decode does."""
-    _require("nvidia.dali")
+    require("nvidia.dali")
     data = exif_rotated_jpeg()
-    out = _cpu().decoder_for("dali")([data, data], 64, MEAN, STD)
+    out = cpu_adapter().decoder_for("dali")([data, data], 64, MEAN, STD)
     assert (out[0] - _reference(data)).abs().mean().item() < 0.02
 
 
 def test_dali_keeps_the_cubic_filters_overshoot_as_the_reference_does():
     """Defect 6: fn.resize keeps uint8 unless told otherwise, clamping the cubic overshoot at black/white edges
     before normalization; the reference resizes floats and keeps it."""
-    _require("nvidia.dali")
+    require("nvidia.dali")
     import io
 
     import numpy as np
@@ -129,7 +109,7 @@ def test_dali_keeps_the_cubic_filters_overshoot_as_the_reference_does():
     buffer = io.BytesIO()
     Image.fromarray(np.stack([checker] * 3, -1)).save(buffer, "PNG")
     data = buffer.getvalue()
-    out = _cpu().decoder_for("dali")([data, data], 64, MEAN, STD)[0]
+    out = cpu_adapter().decoder_for("dali")([data, data], 64, MEAN, STD)[0]
     reference = _reference(data)
     black = torch.tensor([-m / s for m, s in zip(MEAN, STD)]).view(3, 1, 1)
     assert (reference < black - 0.1).any()  # the reference overshoots below black
@@ -184,7 +164,7 @@ def test_an_image_neither_the_device_nor_the_host_decodes_is_named():
 
 def test_a_missing_decoder_library_is_not_taken_for_a_bad_image(monkeypatch):
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)
-    decoder = _cpu().decoder_for("dali")
+    decoder = cpu_adapter().decoder_for("dali")
     data = odd_images()["plain.bmp"]
     with pytest.raises(SuiteError, match="needs NVIDIA DALI"):
         decode_with_fallback(decoder, [data], [ImageKind.of(data)], 64, MEAN, STD, _finish)
@@ -196,7 +176,7 @@ def test_the_placeholder_is_a_baseline_rgb_jpeg_every_decoder_takes():
     from suite.registry import load_decoder
 
     for name in EXPECTED_HOST:
-        assert load_decoder(name)(_cpu()).refusal(kind) is None
+        assert load_decoder(name)(cpu_adapter()).refusal(kind) is None
 
 
 # --- pipelines: one per batch size, closed, never built inside a measured step ----------------------------------
@@ -204,8 +184,8 @@ def test_the_placeholder_is_a_baseline_rgb_jpeg_every_decoder_takes():
 def test_dali_keeps_one_pipeline_per_batch_size_and_shuts_them_down():
     """Defect 7: the evaluation's last, shorter batch rebuilt the pipeline, and the next training step rebuilt it
     again on its clock."""
-    _require("nvidia.dali")
-    device = _cpu()
+    require("nvidia.dali")
+    device = cpu_adapter()
     decoder = device.decoder_for("dali")
     data = odd_images()["plain.bmp"]
     for size in (2, 1, 2, 1, 2):  # training, evaluation's last batch, training...
@@ -218,7 +198,7 @@ def test_dali_keeps_one_pipeline_per_batch_size_and_shuts_them_down():
 
 
 def test_the_media_pipe_keeps_one_pipe_per_batch_size_and_closes_each_with_del_iter(monkeypatch):
-    _require("habana_frameworks.mediapipe")
+    require("habana_frameworks.mediapipe")
     from standins import habana_media_native
     from suite.decoders.habana_media import HabanaMediaDecoder
 
@@ -227,7 +207,7 @@ def test_the_media_pipe_keeps_one_pipe_per_batch_size_and_closes_each_with_del_i
     closed = []
     real = MediaPipe.del_iter
     monkeypatch.setattr(MediaPipe, "del_iter", lambda self: (closed.append(self), real(self)))
-    decoder = HabanaMediaDecoder(_cpu())
+    decoder = HabanaMediaDecoder(cpu_adapter())
     data = odd_images()["grayscale.jpg"]
     for size in (2, 1, 2):
         assert tuple(decoder([data] * size, 16, (0.5,) * 3, (0.25,) * 3).shape) == (size, 3, 16, 16)
@@ -240,7 +220,7 @@ def test_the_media_pipe_keeps_one_pipe_per_batch_size_and_closes_each_with_del_i
 def test_no_decoder_pipeline_is_built_inside_a_measured_step(tmp_path):
     """The dali loader on the CPU with an evaluation after every measured step: the held-out set (51 pairs) ends in
     a batch of 3, which used to rebuild the pipeline, and the next measured step rebuilt it again."""
-    _require("nvidia.dali")
+    require("nvidia.dali")
     code = main(["run", "--loader", "dali", "--workers", "0", "--steps", "3", "--warmup-steps", "1",
                  "--eval-every", "1", "--output", str(tmp_path / "out"), "--tracking-uri",
                  f"sqlite:///{tmp_path}/m.db", "--no-progress", "--system-metrics-interval", "0"])
@@ -273,7 +253,7 @@ def test_the_normalization_tensors_are_made_once_per_device(monkeypatch):
 
 @pytest.mark.e2e
 def test_the_odd_image_corpus_trains_through_every_loader(tmp_path):
-    _require("nvidia.dali")
+    require("nvidia.dali")
     data = tmp_path / "odd"
     data.mkdir()
     rows = []

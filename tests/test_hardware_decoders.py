@@ -23,7 +23,7 @@ import torch
 from suite.cli import main
 from suite.errors import SuiteError
 
-from conftest import runs_of
+from conftest import cpu_adapter, require, runs_of
 
 pytestmark = pytest.mark.mechanics
 sys.path.insert(0, str(Path(__file__).parent))
@@ -36,34 +36,13 @@ def _jpegs(tmp_path, count=4):
     return [p.read_bytes() for p in sorted(root.glob("*.jpg"))]
 
 
-def _require(module: str):
-    """Installed by the test extra/tox env: missing is a failure in CI, a skip elsewhere."""
-    import importlib
-    import os
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"{module} not installed ({exc})")
-
-
-def _cpu_device():
-    from suite.devices.cpu import CPUAdapter
-
-    device = CPUAdapter()
-    device.setup()
-    return device
-
-
 # --- DALI ---------------------------------------------------------------------------------------
 
 def test_dali_pixels_are_close_to_the_reference_transform_batch_after_batch(tmp_path, monkeypatch):
     """Defect 1: with DALI's default prefetch_queue_depth=2, the second run() of a feed-one-run-one pipeline fails
     ('Attempted to peek the data batch that doesn't exist'). Defect 2: the copy into torch is ordered on torch's
     stream (cuda_stream=...; None on the CPU device)."""
-    _require("nvidia.dali")
+    require("nvidia.dali")
     import nvidia.dali.plugin.pytorch as dali_torch
 
     from suite.imaging import decode_to_rgb_tensor
@@ -78,7 +57,7 @@ def test_dali_pixels_are_close_to_the_reference_transform_batch_after_batch(tmp_
         return real_feed(tensor, out, **kwargs)
     monkeypatch.setattr(dali_torch, "feed_ndarray", feed)
     jpegs = _jpegs(tmp_path, 6)
-    decoder = _cpu_device().decoder_for("dali")
+    decoder = cpu_adapter().decoder_for("dali")
     for batch in (jpegs[:2], jpegs[2:4], jpegs[4:6]):  # three run()s of one pipeline
         out = decoder(batch, 64, CLIP_MEAN, CLIP_STD)
         reference = torch.stack([preprocess_image(decode_to_rgb_tensor(b), 64) for b in batch])
@@ -93,7 +72,7 @@ def test_dali_pixels_are_close_to_the_reference_transform_batch_after_batch(tmp_
 
 
 def test_the_dali_loader_trains_three_steps_on_the_cpu(tmp_path):
-    _require("nvidia.dali")
+    require("nvidia.dali")
     code = main(["run", "--device", "cpu", "--loader", "dali", "--workers", "2", "--steps", "3",
                  "--warmup-steps", "1", "--output", str(tmp_path / "out"),
                  "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress", "--system-metrics-interval", "0"])
@@ -107,7 +86,7 @@ def test_the_dali_loader_trains_three_steps_on_the_cpu(tmp_path):
 
 def test_a_dali_build_for_another_cuda_major_is_refused_with_the_wheel_to_install():
     """Defect 12: DALI's CUDA major must be torch's. The installed DALI says which it is built for."""
-    dali = _require("nvidia.dali")
+    dali = require("nvidia.dali")
     from suite.decoders.dali import DALI_WHEELS, check_cuda_match
 
     assert dali.__cuda_version__ // 1000 == 12  # nvidia-dali-cuda120: e.g. 12080 or 12986
@@ -134,7 +113,7 @@ def test_the_dali_extras_match_the_wheels_the_runtime_check_names():
 
 @pytest.fixture
 def media_native(monkeypatch):
-    _require("habana_frameworks.mediapipe")
+    require("habana_frameworks.mediapipe")
     from standins import habana_media_native
 
     return habana_media_native.install(monkeypatch)
@@ -147,7 +126,7 @@ def test_the_media_pipe_decodes_batch_after_batch_through_the_librarys_own_code(
     from suite.decoders.habana_media import HabanaMediaDecoder
 
     jpegs = _jpegs(tmp_path, 4)
-    device = _cpu_device()
+    device = cpu_adapter()
     decoder = HabanaMediaDecoder(device)
     first = decoder(jpegs[:2], 32, (0.5,) * 3, (0.25,) * 3)
     second = decoder(jpegs[2:], 32, (0.5,) * 3, (0.25,) * 3)
@@ -170,7 +149,7 @@ def test_without_iter_the_librarys_iterator_cannot_run(media_native):
 
     from suite.decoders.habana_media import HabanaMediaDecoder
 
-    decoder = HabanaMediaDecoder(_cpu_device())
+    decoder = HabanaMediaDecoder(cpu_adapter())
     pipe = decoder.make_pipe(batch_size=1, image_size=8, mean=(0.5,) * 3, std=(0.25,) * 3)
     iterator = HPUGenericPytorchIterator(mediapipe=pipe)
     with pytest.raises(AttributeError, match="'NoneType' object has no attribute 'run'"):
@@ -181,7 +160,7 @@ def test_a_batch_of_another_size_builds_a_new_pipe_and_an_unfed_read_is_an_error
     from suite.decoders.habana_media import HabanaMediaDecoder, encoded_batch_reader
 
     jpegs = _jpegs(tmp_path, 3)
-    decoder = HabanaMediaDecoder(_cpu_device())
+    decoder = HabanaMediaDecoder(cpu_adapter())
     decoder(jpegs[:2], 16, (0.5,) * 3, (0.25,) * 3)
     out = decoder(jpegs[2:], 16, (0.5,) * 3, (0.25,) * 3)  # the last, smaller batch of an epoch
     assert tuple(out.shape) == (1, 3, 16, 16)
@@ -198,7 +177,7 @@ def test_the_stand_in_answers_what_the_installed_wheel_asks_of_its_native_layer(
     """Drift check against the installed habana-media-loader's source: the pipe-manager methods whose answers the
     stand-in shapes are called by cal.py with the arity it implements, legacy.py calls libmedia's
     mediaPipelineRunHpu with 8 arguments, and the wheel imports no native module the stand-in does not know."""
-    _require("habana_frameworks.mediapipe")
+    require("habana_frameworks.mediapipe")
     import habana_frameworks.mediapipe as package
 
     from standins.habana_media_native import NATIVE_MODULES, LibMedia, PipeManager
@@ -231,7 +210,7 @@ def test_without_the_libraries_the_decoders_say_what_to_install(monkeypatch, tmp
 
     for name in ("nvidia.dali", "habana_frameworks.mediapipe"):
         monkeypatch.setitem(sys.modules, name, None)  # importing it now raises ImportError
-    device = _cpu_device()
+    device = cpu_adapter()
     with pytest.raises(SuiteError, match=r"the dali loader needs NVIDIA DALI: pip install 'suite-bench\[dali\]'"):
         device.decoder_for("dali")([b"\xff\xd8"], 8, (0.5,) * 3, (0.5,) * 3)
     with pytest.raises(SuiteError, match=r"the device loader on Gaudi2 needs habana-media-loader: pip install "

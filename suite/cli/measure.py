@@ -16,7 +16,7 @@ from suite.cli.display import (PlainProgress, RichProgress, print_results_table,
 from suite.config import FILE_RUN_OPTIONS, TOKENIZER_MODES, MatrixSpec, RunConfig, load_config_file, param_text
 from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_json_atomic
-from suite.records.results import FINISHED, dataset_warning, differing_datasets
+from suite.records.results import FINISHED, dataset_warning
 from suite.text import visible
 
 
@@ -255,7 +255,7 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
         raise
     print_results_table(outcome.results)
     print(timing_line(outcome.results, outcome.timing), file=sys.stderr)
-    changed = dataset_warning(differing_datasets(outcome.results))
+    changed = dataset_warning(info.dataset_changes)  # run_matrix grouped the runs by the data they read
     if changed:
         print(f"suite: warning: {visible(changed)}", file=sys.stderr)
     if info.repeats > 1:

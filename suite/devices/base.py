@@ -51,6 +51,11 @@ class DeviceMemory:
     extra: dict[str, int] = field(default_factory=dict)
 
 
+def driver_text(value: Any) -> str:
+    """A string a driver library returns (NVML, HLML: bytes or str) as text."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
 def seed_everything(seed: int) -> None:
     """Seed the host's RNGs as every run does: Python, NumPy, torch (CPU and, where present, CUDA)."""
     import numpy as np

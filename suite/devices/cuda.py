@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from suite.devices.base import Availability, DeviceAdapter, DeviceMemory
+from suite.devices.base import Availability, DeviceAdapter, DeviceMemory, driver_text
 from suite.errors import SuiteError
 
 
@@ -67,10 +67,6 @@ def _nvml() -> Any | None:
     except Exception:  # noqa: BLE001 - NVMLError and friends: no driver view, not a failure
         return None
     return pynvml
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class CUDAAdapter(DeviceAdapter):
@@ -229,7 +225,7 @@ class CUDAAdapter(DeviceAdapter):
         nvml = _nvml()
         if nvml is not None:
             try:
-                info["driver_version"] = _text(nvml.nvmlSystemGetDriverVersion())
+                info["driver_version"] = driver_text(nvml.nvmlSystemGetDriverVersion())
             except Exception:  # noqa: BLE001
                 pass
         card = known_card(props.name)

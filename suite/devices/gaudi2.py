@@ -31,7 +31,7 @@ import io
 import os
 from typing import Any, Mapping
 
-from suite.devices.base import Availability, DeviceAdapter, DeviceMemory, TrainingOps
+from suite.devices.base import Availability, DeviceAdapter, DeviceMemory, TrainingOps, driver_text
 from suite.errors import SuiteError
 
 #: Dense bf16 peak of one Gaudi2 (Intel's published matrix-engine figure), FLOP/s.
@@ -72,10 +72,6 @@ def module_id_of(local_rank: int, environ: Mapping[str, str] | None = None) -> i
     if local_rank < len(visible) and visible[local_rank].isdigit():
         return int(visible[local_rank])
     return None
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def hlml_init(hlml: Any) -> None:
@@ -235,9 +231,9 @@ class Gaudi2Adapter(DeviceAdapter):
                 return {"hlml": f"not read: no card with module id {wanted} among HLML's {count}"}
             memory = pyhlml.hlmlDeviceGetMemoryInfo(handle)
             return {"module_id": int(pyhlml.hlmlDeviceGetModuleID(handle)), "used": int(memory.used),
-                    "total": int(memory.total), "pci_bus_id": _text(pyhlml.hlmlDeviceGetPCIInfo(handle).bus_id),
-                    "driver_version": _text(pyhlml.hlmlGetDriverVersion()),
-                    "firmware_version": _text(pyhlml.hlmlDeviceGetFirmwareFITVersion(handle))}
+                    "total": int(memory.total), "pci_bus_id": driver_text(pyhlml.hlmlDeviceGetPCIInfo(handle).bus_id),
+                    "driver_version": driver_text(pyhlml.hlmlGetDriverVersion()),
+                    "firmware_version": driver_text(pyhlml.hlmlDeviceGetFirmwareFITVersion(handle))}
         except Exception as exc:  # noqa: BLE001 - no driver view, not a failure: recorded why
             return {"hlml": f"not read: {type(exc).__name__}: {' '.join(str(exc).split())}"}
 

@@ -227,10 +227,6 @@ def to_html(content: ReportContent, parts: Sequence[Section]) -> str:
 
 
 # --- Markdown -----------------------------------------------------------------------------------------
-def _md_cell(text: str) -> str:
-    return markdown_literal(text)
-
-
 def to_markdown(content: ReportContent, parts: Sequence[Section], image_prefix: str = "") -> str:
     """The same sections in Markdown; charts as links to ``<image_prefix><chart>.png``. Every text is literal
     (:func:`suite.text.markdown_literal`): file names, paths and reasons from the data cannot become markup or HTML
@@ -251,7 +247,7 @@ def to_markdown(content: ReportContent, parts: Sequence[Section], image_prefix: 
 
 
 def markdown_table(table: Table) -> str:
-    lines = ["| " + " | ".join(_md_cell(h) for h in table.headers) + " |",
+    lines = ["| " + " | ".join(markdown_literal(h) for h in table.headers) + " |",
              "|" + "|".join("---" for _ in table.headers) + "|"]
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in table.rows]
+    lines += ["| " + " | ".join(markdown_literal(c) for c in row) + " |" for row in table.rows]
     return "\n".join(lines)
