@@ -112,8 +112,16 @@ def test_contention_is_checked_first_whatever_the_numbers():
 def test_repeats_of_the_recorded_configuration_widen_the_rerun_by_the_between_run_spread():
     recorded, rerun = _steps(seed=1), _steps(seed=2)
     alone = ratio_test(recorded, rerun, 0.10)
-    spread = ratio_test(recorded, rerun, 0.10, recorded_repeats=[160.0, 130.0, 175.0, 150.0])
+    repeats = [160.0, 130.0, 175.0, 150.0]
+    spread = ratio_test(recorded, rerun, 0.10, recorded_repeats=repeats, samples_per_step=8)
     assert spread.high - spread.low > alone.high - alone.low and "recorded repeats" in spread.method
+    # the same unit on both sides: batch 8 over the re-run's mean step, against the repeats' geometric mean
+    assert spread.ratio == pytest.approx(8 / np.mean(rerun) / np.exp(np.mean(np.log(repeats))))
+    with pytest.raises(ValueError, match="samples per step"):
+        ratio_test(recorded, rerun, 0.10, recorded_repeats=repeats)
+    same_speed = throughput_check("c", _run(recorded), _run(_steps(sd=0.02, seed=3)), 0.10,
+                                  recorded_repeats=[158.0, 160.0, 162.0])  # batch 8 / 0.05 s = 160 samples/s
+    assert same_speed.verdict == PASS and "ratio re-run/recorded 0.99" in same_speed.detail  # 0.13 if units mixed
 
 
 @pytest.mark.mechanics

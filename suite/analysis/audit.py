@@ -430,7 +430,8 @@ def throughput_check(subject: str, original: RunResult, rerun: RunResult, tolera
     if not steps_before or not steps_after or len(steps_before) < 2 or len(steps_after) < 2:
         return Check(subject, "throughput", INCONCLUSIVE, f"{numbers}; fewer than two stored step times on a side: "
                                                           "no interval for the ratio, no verdict")
-    test = ratio_test(steps_before, steps_after, tolerance, recorded_repeats)
+    batch = rerun.facts.get("global_batch_size") or RunConfig.from_dict(rerun.config).batch_size
+    test = ratio_test(steps_before, steps_after, tolerance, recorded_repeats, samples_per_step=batch)
     return Check(subject, "throughput", test.verdict, f"{numbers}; {test.describe()}; neither run contended")
 
 

@@ -86,25 +86,27 @@ def _bootstrap_means(series: np.ndarray, replicates: int, seed: int) -> tuple[np
 
 def ratio_test(recorded_steps: Sequence[float], rerun_steps: Sequence[float], tolerance: float = DEFAULT_TOLERANCE,
                recorded_repeats: Sequence[float] | None = None, replicates: int = REPLICATES,
-               seed: int = 0) -> RatioTest:
+               seed: int = 0, samples_per_step: float | None = None) -> RatioTest:
     """The equivalence test of the re-run's throughput against the recorded one; see the module docstring.
     ``*_steps``: measured step times (s) of each run; ``recorded_repeats``: the recorded configuration's throughput
-    per repeat, when it was measured more than once."""
+    per repeat (samples/s), when it was measured more than once: ``samples_per_step`` (the re-run's global batch)
+    then turns the re-run's step times into the same unit."""
     rerun = np.asarray(rerun_steps, dtype=float)
     recorded = np.asarray(recorded_steps, dtype=float)
     if len(rerun) < 2 or len(recorded) < 2:
         raise ValueError("the equivalence test needs at least two measured steps on each side")
     rerun_means, rerun_block = _bootstrap_means(rerun, replicates, seed)
-    rerun_rate = 1.0 / rerun_means  # throughput per sample-in-a-step, up to the constant batch size
     repeats = [v for v in (recorded_repeats or []) if v == v and v > 0]
     if len(repeats) >= 2:
+        if not samples_per_step:
+            raise ValueError("recorded repeats are samples/s: the re-run's samples per step are needed too")
         values = np.log(np.asarray(repeats, dtype=float))
         rng = np.random.default_rng(seed + 1)
         draws = rng.choice(values, size=(replicates, len(values)), replace=True).mean(axis=1)
         between = float(np.std(values, ddof=1))  # the spread a single run has beyond its own steps
+        rerun_rate = samples_per_step / rerun_means  # samples/s, as the recorded repeats
         log_ratio = np.log(rerun_rate) + rng.normal(0.0, between, replicates) - draws
-        # the recorded throughputs are absolute (samples/s); the re-run's step times give samples/s over the batch
-        point = float(np.log(1.0 / rerun.mean()) - values.mean())
+        point = float(np.log(samples_per_step / rerun.mean()) - values.mean())
         method = (f"re-run: stationary bootstrap of {len(rerun)} steps (mean block {rerun_block:.1f}) plus the "
                   f"between-run spread of {len(repeats)} recorded repeats (sd {between:.3f} in log)")
         return _finish(point, log_ratio, tolerance, method, log=True)
