@@ -54,6 +54,8 @@ MAX_COUNT = 10**9
 MAX_SEED = 2**63 - 1
 #: The longest time limit, seconds (about 31 years): larger ones (1e400 is infinity) disabled the watchdog.
 MAX_SECONDS = 1e9
+#: The largest memory amount in GiB a configuration may name (1 PiB).
+MAX_GIB = 2.0**20
 
 
 def _require_int(name: str, value: Any, minimum: int, maximum: int = MAX_COUNT) -> None:
@@ -101,6 +103,7 @@ class RunSettings:
     max_image_pixels: int | None = field(default=None, metadata=_CONTROL)  # None: Pillow's MAX_IMAGE_PIXELS
     max_image_bytes: int | None = field(default=None, metadata=_CONTROL)  # None: DEFAULT_MAX_IMAGE_BYTES
     max_caption_bytes: int | None = field(default=None, metadata=_CONTROL)  # None: the workload's default bound
+    loader_memory_gib: float | None = field(default=None, metadata=_CONTROL)  # all loader workers' decoding at once
     allow_outside_links: bool = field(default=False, metadata=_CONTROL)  # symlinks leaving the dataset folder
     timeout_s: float | None = field(default=None, metadata=_CONTROL)  # None: derived from the steps; 0: none
     loader_timeout_s: float | None = field(default=None, metadata=_CONTROL)  # None: DEFAULT_LOADER_TIMEOUT_S
@@ -138,6 +141,11 @@ class RunSettings:
         for name in ("max_image_pixels", "max_image_bytes", "max_caption_bytes"):
             if getattr(self, name) is not None:
                 _require_int(name, getattr(self, name), 1, 2**48)
+        if self.loader_memory_gib is not None and (
+                isinstance(self.loader_memory_gib, bool) or not isinstance(self.loader_memory_gib, (int, float))
+                or not 0 < self.loader_memory_gib <= MAX_GIB):
+            raise ConfigError(f"loader_memory_gib must be a number of GiB in (0, {MAX_GIB:g}], got "
+                              f"{self.loader_memory_gib!r}")
         if not isinstance(self.allow_outside_links, bool):
             raise ConfigError(f"allow_outside_links must be true or false, got {self.allow_outside_links!r}")
         if self.eval_every is not None:

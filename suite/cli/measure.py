@@ -30,7 +30,7 @@ def add_parsers(sub: Any) -> None:
                      help="JSON or TOML file with matrix fields (workload, preset, devices, workers, loaders, "
                           "precisions, engines, steps, warmup_steps, seed, batch_size, dataset, weights, "
                           "skip_bad_samples, nproc_per_node, nnodes, rdzv_endpoint, prefetch_factor, max_image_pixels, "
-                          "max_image_bytes, max_caption_bytes, allow_outside_links, timeout_s, loader_timeout_s, "
+                          "max_image_bytes, max_caption_bytes, loader_memory_gib, allow_outside_links, timeout_s, loader_timeout_s, "
                           "eval_every, "
                           "target_quality, max_steps, submission_org, submission_platform, submission_division, "
                           "clear_caches) and "
@@ -187,6 +187,7 @@ def spec_from_args(args: argparse.Namespace) -> MatrixSpec:
         nnodes=getattr(args, "nnodes", 1), rdzv_endpoint=getattr(args, "rdzv_endpoint", None),
         max_image_pixels=args.max_image_pixels, max_image_bytes=args.max_image_bytes,
         max_caption_bytes=getattr(args, "max_caption_bytes", None),
+        loader_memory_gib=getattr(args, "loader_memory_gib", None),
         allow_outside_links=args.allow_outside_links, timeout_s=args.timeout_s, loader_timeout_s=args.loader_timeout_s,
         eval_every=args.eval_every, target_quality=args.target_quality, max_steps=args.max_steps,
         submission_org=args.submission_org, submission_platform=args.submission_platform,

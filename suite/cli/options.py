@@ -153,6 +153,10 @@ def add_configuration_options(parser: argparse.ArgumentParser, matrix: bool, ste
     bounds.add_argument("--max-caption-bytes", type=int_at_least(1), default=None, metavar="N",
                         help="refuse a dataset whose metadata holds a longer caption (UTF-8 bytes), naming the line, "
                              "before anything runs (default: 64 KiB; a caption is tokenized to at most 128 tokens)")
+    bounds.add_argument("--loader-memory", dest="loader_memory_gib", type=positive_float, default=None,
+                        metavar="GIB", help="what the loader workers together may allocate at once to decode and "
+                                            "preprocess images; each worker refuses, before decoding, an image that "
+                                            "needs more than its equal share (default: 4 GiB)")
     bounds.add_argument("--allow-outside-links", action="store_true",
                         help="follow symbolic links in the dataset folder that lead outside it (refused by default)")
     bounds.add_argument("--timeout", dest="timeout_s", type=non_negative_float, default=None, metavar="SECONDS",

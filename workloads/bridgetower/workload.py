@@ -18,7 +18,7 @@ from suite.config import RunConfig
 from suite.errors import DatasetError, SuiteError
 from suite.workload import Workload
 
-from workloads.bridgetower.data.bounds import ImageBounds
+from workloads.bridgetower.data.bounds import DecodeBudget, ImageBounds
 from workloads.bridgetower.data.catalog import held_out_split, open_source
 from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE, CaptionedImages, endless, make_loader
 from workloads.bridgetower.data.sources import ImageCaptionSource
@@ -295,12 +295,14 @@ class BridgeTowerWorkload(Workload):
             )
         self.image_size = int(model.config.vision_config.image_size)  # `model`: unwrapped by DDP
         bounds = image_bounds(config)
+        budget = DecodeBudget.of(config.loader_memory_gib, config.num_workers)
         dataset = CaptionedImages(source, encoded["input_ids"], encoded["attention_mask"], config.loader,
-                                  self.image_size, self.device.torch_device.type, bounds, self._image_pipeline)
+                                  self.image_size, self.device.torch_device.type, bounds, self._image_pipeline,
+                                  budget)
         self.train_dataset = dataset
         self.eval_dataset = CaptionedImages(held_out, encoded_held_out["input_ids"], encoded_held_out["attention_mask"],
                                             config.loader, self.image_size, self.device.torch_device.type, bounds,
-                                            self._image_pipeline)
+                                            self._image_pipeline, budget)
         self._loader = make_loader(dataset, config.batch_size, config.num_workers, config.seed,
                                    pin_memory=self.device.torch_device.type == "cuda",
                                    prefetch_factor=config.prefetch_factor,
@@ -323,7 +325,7 @@ class BridgeTowerWorkload(Workload):
             image_pipeline_description=(dataset.pipeline.description if dataset.pipeline else
                                         "encoded bytes from the workers, decoded on the device by "
                                         f"{self.device.decoders.get(config.loader, 'no decoder')}"),
-            image_bounds=bounds.describe(),
+            image_bounds=bounds.describe() | budget.describe(),
             loader_timeout_s=config.effective_loader_timeout_s() if config.num_workers > 0 else None,
             image_mean=list(CLIP_MEAN),
             image_std=list(CLIP_STD),

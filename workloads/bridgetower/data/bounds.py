@@ -6,6 +6,11 @@ header alone (libjpeg-turbo's header parser for JPEGs, Pillow's lazy open for th
 count of every buffer preprocessing would make of it: the decoded image, its resize to the model's size and the
 resize's intermediate pass (a tiny 50000x1 PNG is small decoded and 4.3 billion pixels resized). A refused image is
 a :class:`~suite.errors.DatasetError` naming the file, the stage and its size.
+
+Bounding each image is not enough when several loader workers decode at once: eight 9400x9400 JPEGs of 632 bytes
+each (just under Pillow's pixel limit) took 1.7-2.6 GB in two workers. :class:`DecodeBudget` gives every worker its
+share of ``--loader-memory`` (all workers together), and a worker refuses, before decoding, an image whose pipeline
+would need more than that share (the pipeline's own estimate of its peak, :meth:`ImagePipeline.peak_bytes`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from suite.errors import DatasetError
 
 #: Largest encoded image read when no --max-image-bytes is given (the published set's are ~100 KB).
 DEFAULT_MAX_IMAGE_BYTES = 64 * 2**20
+#: What all loader workers together may allocate at once to decode images when no --loader-memory is given: with
+#: the reference pipeline (~34 bytes a pixel) one worker may decode a 120-megapixel image, eight workers 15-megapixel
+#: ones each; two workers may not decode two images at Pillow's limit (~3 GB each) at once.
+DEFAULT_LOADER_MEMORY_BYTES = 4 * 2**30
 
 
 def pillow_max_image_pixels() -> int:
@@ -66,22 +75,24 @@ class ImageBounds:
         return {"max_image_pixels": self.max_pixels, "max_image_bytes": self.max_bytes,
                 "bounded_output_size": self.output_size}
 
-    def check(self, data: bytes, name: str) -> None:
+    def check(self, data: bytes, name: str) -> tuple[int, int] | None:
         """Refuse ``data`` (image ``name``) when it is larger than the bounds, at every stage that would allocate
-        pixels (:meth:`stages`: a 230-byte 50000x1 PNG asked for 52 GB once resized). Unreadable headers are left to
-        the decoder, which names the problem."""
+        pixels (:meth:`stages`: a 230-byte 50000x1 PNG asked for 52 GB once resized). Returns its ``(width,
+        height)``, or ``None`` for a header that cannot be read: that is left to the decoder, which names the
+        problem."""
         if len(data) > self.max_bytes:
             raise DatasetError(f"image {name} is {len(data):,} bytes, over the limit of {self.max_bytes:,} "
                                "(--max-image-bytes)")
         try:
             width, height = header_size(data)
         except ValueError:
-            return  # not an image we can size: the decoder fails on it with its own reason
+            return None  # not an image we can size: the decoder fails on it with its own reason
         for stage, (w, h) in self.stages(width, height, self.output_size):
             if w * h > self.max_pixels:
                 what = f"image {name} is" if stage == "decoded" else f"image {name}: {stage} is"
                 raise DatasetError(f"{what} {w}x{h} = {w * h:,} pixels, over the limit of {self.max_pixels:,} "
                                    "(--max-image-pixels)")
+        return width, height
 
     @staticmethod
     def stages(width: int, height: int, output_size: int | None) -> list[tuple[str, tuple[int, int]]]:
@@ -105,3 +116,37 @@ class ImageBounds:
         from PIL import Image
 
         Image.MAX_IMAGE_PIXELS = self.max_pixels
+
+
+@dataclass(frozen=True)
+class DecodeBudget:
+    """What one loader worker may allocate to decode and preprocess one image: an equal share of ``total_bytes``
+    (``--loader-memory``, all workers together) among ``workers`` (0: the training process decodes, alone), so
+    that the workers decoding at once stay within the total whatever their number."""
+
+    total_bytes: int
+    workers: int
+
+    @classmethod
+    def of(cls, loader_memory_gib: float | None, workers: int) -> "DecodeBudget":
+        """The budget a configuration asks for; ``None`` means :data:`DEFAULT_LOADER_MEMORY_BYTES`."""
+        total = int(loader_memory_gib * 2**30) if loader_memory_gib else DEFAULT_LOADER_MEMORY_BYTES
+        return cls(total, workers)
+
+    @property
+    def share_bytes(self) -> int:
+        return self.total_bytes // max(1, self.workers)
+
+    def describe(self) -> dict[str, int]:
+        return {"loader_memory_bytes": self.total_bytes, "loader_memory_share_bytes": self.share_bytes}
+
+    def check(self, need_bytes: int, name: str, pipeline: str) -> None:
+        """Refuse image ``name``, before decoding it, when the ``pipeline`` needs more than one worker's share."""
+        if need_bytes <= self.share_bytes:
+            return
+        who = (f"each of {self.workers} loader workers' share of" if self.workers > 1
+               else "the loader's budget of")
+        raise DatasetError(f"image {name}: decoding and preprocessing it ({pipeline} pipeline) needs about "
+                           f"{need_bytes / 2**20:,.0f} MiB, over {who} {self.share_bytes / 2**20:,.0f} MiB "
+                           f"(--loader-memory {self.total_bytes / 2**30:g} GiB in all; raise it or use fewer "
+                           "workers)")

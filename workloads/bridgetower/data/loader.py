@@ -14,7 +14,8 @@ in every epoch. (torch's DataLoader draws its workers' base seed from ``loader.g
 iterator: once with persistent workers, once per epoch without; a generator shared with the shuffling reached
 epoch 2 in a different state.)
 
-Every image read passes the dataset's bounds (:mod:`.bounds`) before any decoder sees it, whatever the loader.
+Every image read passes the dataset's bounds (:mod:`.bounds`) before any decoder sees it, whatever the loader, and,
+where the workers decode, each worker's share of the loader's memory budget.
 A loader worker that delivers no batch for ``loader_timeout_s`` fails the run, naming the sample each worker
 was reading (workers note it in a shared array as they go).
 """
@@ -33,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler, d
 from suite.errors import DatasetError
 from suite.imaging import ImageKind
 
-from workloads.bridgetower.data.bounds import ImageBounds
+from workloads.bridgetower.data.bounds import DecodeBudget, ImageBounds
 from workloads.bridgetower.data.pipelines import PIPELINES, ClosedPipeline, ImagePipeline, ReferencePipeline
 from workloads.bridgetower.data.sources import ImageCaptionSource
 
@@ -49,13 +50,14 @@ _NOTHING = -1  # a worker that is not reading a sample
 class CaptionedImages(Dataset):
     def __init__(self, source: ImageCaptionSource, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                  loader: str, image_size: int, device_type: str = "cpu", bounds: ImageBounds | None = None,
-                 pipeline: str | None = None) -> None:
+                 pipeline: str | None = None, budget: DecodeBudget | None = None) -> None:
         if len(source) != len(input_ids):
             raise ValueError("one tokenized caption per sample is required")
         self.source, self.input_ids, self.attention_mask = source, input_ids, attention_mask
         self.loader, self.image_size = loader, image_size
         self.bounds = bounds or ImageBounds.of(None, None)
         self.bounds.apply_to_pillow()  # forked loader workers inherit it
+        self.budget = budget  # each worker's share of --loader-memory; None: not checked
         chosen = PIPELINES[pipeline] if pipeline is not None else LOADER_PIPELINES.get(loader)
         self.pipeline: ImagePipeline | None = chosen(image_size, device_type) if chosen is not None else None
         # the sample each loader worker is reading (shared memory, written by the workers), for the watchdog;
@@ -81,7 +83,9 @@ class CaptionedImages(Dataset):
 
     def _item(self, index: int) -> dict[str, Any]:
         data = self.source.read_bytes(index)
-        self.bounds.check(data, self.source.name_of(index))
+        size = self.bounds.check(data, self.source.name_of(index))
+        if self.pipeline is not None and self.budget is not None and size is not None:
+            self.budget.check(self.pipeline.peak_bytes(data, *size), self.source.name_of(index), self.pipeline.name)
         item: dict[str, Any] = {"input_ids": self.input_ids[index], "attention_mask": self.attention_mask[index]}
         if self.pipeline is None:
             item["encoded_images"] = data

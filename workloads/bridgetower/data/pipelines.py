@@ -39,6 +39,7 @@ import torch
 from suite.imaging import decode_to_rgb_tensor, open_image
 
 from workloads.bridgetower.data import resample
+from workloads.bridgetower.data.bounds import ImageBounds
 from workloads.bridgetower.data.host_memory import keep_freed_memory_for_reuse
 from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD, preprocess_image
 
@@ -134,6 +135,30 @@ class ImagePipeline(ABC):
         in the main process: there, the closed pipeline normalizes in the workers and sends float32."""
         return self.device_type == "cpu"
 
+    #: Peak bytes the worker stage allocates per pixel of the decoded image and per pixel of the resize's larger
+    #: buffer (intermediate pass or output), as measured by ``tests/test_loader_budget.py`` (which checks that the
+    #: estimate covers the measured peak); plus a constant for the output and the allocator's slack.
+    bytes_per_decoded_pixel: ClassVar[float] = 34.0  # Pillow's 4-byte pixels, the uint8 array and tensor, float32
+    bytes_per_resized_pixel: ClassVar[float] = 26.0  # torch's antialiased resize: both passes' float32 outputs
+    fixed_bytes: ClassVar[int] = 8 * 2**20
+
+    def decoded_size(self, data: bytes, width: int, height: int) -> tuple[int, int]:
+        """The size the worker stage decodes a ``width`` x ``height`` image at (smaller where it decodes at a
+        reduced scale)."""
+        return width, height
+
+    def decoded_bytes_per_pixel(self, data: bytes) -> float:
+        return self.bytes_per_decoded_pixel
+
+    def peak_bytes(self, data: bytes, width: int, height: int) -> int:
+        """About the most memory :meth:`worker_stage` allocates at once for this image, from its header alone (for
+        the loader's :class:`~workloads.bridgetower.data.bounds.DecodeBudget`, checked before decoding)."""
+        width, height = self.decoded_size(data, width, height)
+        resized = max((w * h for stage, (w, h) in ImageBounds.stages(width, height, self.image_size)
+                       if stage != "decoded"), default=0)
+        return int(self.decoded_bytes_per_pixel(data) * width * height + self.bytes_per_resized_pixel * resized
+                   + self.fixed_bytes)
+
     def worker_init(self) -> None:
         """Called once in each loader worker (and in-process before a worker-stage benchmark)."""
 
@@ -175,9 +200,18 @@ class ReferencePipeline(ImagePipeline):
 
 
 class _OwnPipeline(ImagePipeline):
+    # libjpeg-turbo decodes straight into the uint8 array (3 bytes a pixel); Pillow (every other image) holds its
+    # own 4-byte pixels, a converted copy and the array; the compiled resize's float row pass is the larger buffer
+    bytes_per_decoded_pixel = 18.0
+    bytes_per_plain_jpeg_pixel: ClassVar[float] = 5.0
+    bytes_per_resized_pixel = 14.0
+
     def __init__(self, image_size: int, device_type: str = "cpu") -> None:
         super().__init__(image_size, device_type)
         resample.warm_up()  # compiled here, before DataLoader workers fork, not in each worker
+
+    def decoded_bytes_per_pixel(self, data: bytes) -> float:
+        return self.bytes_per_plain_jpeg_pixel if _plain_jpeg_size(data) else self.bytes_per_decoded_pixel
 
     def worker_init(self) -> None:
         keep_freed_memory_for_reuse()
@@ -224,6 +258,12 @@ class OpenPipeline(_OwnPipeline):
     def __init__(self, image_size: int, device_type: str = "cpu") -> None:
         super().__init__(image_size, device_type)
         self._min_short_side = max(1, math.ceil(self.min_decoded_fraction * image_size))
+
+    def decoded_size(self, data: bytes, width: int, height: int) -> tuple[int, int]:
+        if not data.startswith(b"\xff\xd8"):  # Pillow's draft() reduces JPEGs only
+            return width, height
+        factor = dct_reduction(height, width, self._min_short_side)
+        return -(-width // factor), -(-height // factor)
 
     def worker_stage(self, data: bytes) -> torch.Tensor:
         return self._resize_crop(decode_rgb_hwc(data, min_short_side=self._min_short_side), torch.uint8,
