@@ -3,6 +3,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -125,3 +126,45 @@ def stop_server(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             proc.wait()
+
+
+def _postgres_bin() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    return found[-1].parent if found else None
+
+
+@pytest.fixture
+def postgres_server(tmp_path):
+    """A PostgreSQL server of its own on 127.0.0.1 (Debian's postgresql; .ci/run installs it), a database
+    ``mlflow`` in it: ``(its URI, its data folder)``. As root, the cluster belongs to the ``postgres`` user."""
+    binaries = _postgres_bin()
+    if binaries is None:
+        if os.environ.get("SUITE_REQUIRE_POSTGRES"):
+            pytest.fail("SUITE_REQUIRE_POSTGRES is set (CI) but PostgreSQL's binaries are not installed")
+        pytest.skip("no PostgreSQL server binaries (Debian's postgresql package) on this machine")
+    pytest.importorskip("psycopg", reason="MLflow's PostgreSQL store needs psycopg (the test extra has it)")
+    data = Path(tempfile.mkdtemp(prefix="suite-pgdata-"))  # outside pytest's 0700 folders: postgres must reach it
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses root
+        as_user = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(data, "postgres", "postgres")
+    port = free_port()
+    subprocess.run([*as_user, str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
+                    "--no-sync"], check=True, capture_output=True, timeout=120)
+    subprocess.run([*as_user, str(binaries / "pg_ctl"), "-D", str(data), "-w", "-t", "60", "-l", str(data / "log"),
+                    "-o", f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
+                   check=True, capture_output=True, timeout=120)
+    try:
+        subprocess.run([*as_user, str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+                        "mlflow"], check=True, capture_output=True, timeout=60)
+        yield f"postgresql://postgres@127.0.0.1:{port}/mlflow", data
+    finally:
+        subprocess.run([*as_user, str(binaries / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"],
+                       capture_output=True, timeout=120)
+        shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres(postgres_server):
+    """The URI of :func:`postgres_server`."""
+    return postgres_server[0]

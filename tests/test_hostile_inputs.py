@@ -502,3 +502,43 @@ def test_tokenizing_many_captions_keeps_memory_to_the_tensors(monkeypatch):
     assert not cached and max(calls) == 7 and sum(calls) == len(captions)
     assert torch.equal(chunked["input_ids"], whole["input_ids"])
     assert torch.equal(chunked["attention_mask"], whole["attention_mask"])
+
+
+#: What a FAILED configuration's reason says when a bound refused its input (never "out of memory", never a signal).
+_REFUSALS = ("(--max-image-pixels)", "(--max-image-bytes)", "--loader-memory", "left under --memory-limit",
+             "cannot decode image")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("case", ["bomb", "nine-thousand-a-side", "wide", "caption"])
+def test_under_a_memory_limit_of_4_gib_every_hostile_input_is_refused_never_dies_of_memory(tmp_path, dataset, case):
+    """Issue 27's acceptance: `suite run --memory-limit 4` on each input class of the corpus (an image bomb, eight
+    tiny JPEGs declaring 9400x9400, a 50000x1 PNG, a 100 MB caption), through the loaders that decode on the host and
+    on the device, without and with loader workers: a one-line refusal before anything runs, or every configuration
+    FAILED by a bound that names itself, or FINISHED within the limit (the decoders fill a truncated JPEG's missing
+    rows: the eight 9400x9400 ones decode, at up to ~2 GB, where the budget and the address space left allow it);
+    no "out of memory", no worker killed."""
+    if case == "bomb":
+        (dataset / "00003.jpg").write_bytes(_bomb_jpeg())
+    elif case == "nine-thousand-a-side":
+        for number in range(8):
+            (dataset / f"huge{number}.jpg").write_bytes(_bomb_jpeg(9400))
+        _prepend(dataset, *(_line(f"huge{number}.jpg") for number in range(8)))
+    elif case == "wide":
+        (dataset / "wide.png").write_bytes(_grey_png(50000, 1))
+        _prepend(dataset, _line("wide.png"))
+    else:
+        _prepend(dataset, _line("00001.jpg", "x" * 100_000_000))
+    code = main(["run", "--dataset", str(dataset), "--loader", "cpu,cpu-fast,device", "--workers", "0,1",
+                 "--steps", "2", "--warmup-steps", "0", "--batch-size", "8", "--memory-limit", "4", "--no-progress",
+                 "--system-metrics-interval", "0", "--output", str(tmp_path / "out"),
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    if case == "caption":
+        assert code == 2 and not (tmp_path / "out").exists()
+        return
+    runs = runs_of(tmp_path / "out")
+    assert code in (0, 1) and len(runs) == 6
+    for run in runs:
+        assert run["status"] in ("FAILED", "FINISHED"), run
+        if run["status"] == "FAILED":
+            assert any(refusal in run["reason"] for refusal in _REFUSALS), run["reason"]

@@ -93,3 +93,27 @@ def test_a_loader_memory_out_of_range_is_one_line_before_anything_runs(tmp_path,
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert "loader" in err.splitlines()[-1] and "Traceback" not in err, err  # argparse's usage, then one line
+
+
+def test_under_an_address_space_limit_the_share_is_what_the_process_has_left():
+    """With --memory-limit (RLIMIT_AS) a worker's share is no larger than the address space it has left: an image
+    that would not fit is refused with the figures, not failed "out of memory" half-way through decoding."""
+    code = ("import resource\n"
+            "from suite.errors import DatasetError\n"
+            "from workloads.bridgetower.data.bounds import DecodeBudget\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, resource.RLIM_INFINITY))\n"
+            "budget = DecodeBudget.of(8.0, 1).in_this_process()\n"
+            "assert 0 < budget.share_bytes < 3 * 2**30, budget\n"
+            "try:\n"
+            "    budget.check(3 * 2**30, 'big.jpg', 'reference')\n"
+            "except DatasetError as exc:\n"
+            "    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).parent.parent)
+    assert done.returncode == 0, done.stderr
+    assert "big.jpg: decoding and preprocessing it (reference pipeline) needs about 3,072 MiB, over the" in done.stdout
+    assert "MiB of address space this process has left under --memory-limit" in done.stdout
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY:
+        assert DecodeBudget.of(8.0, 1).in_this_process().address_space_left is None  # no limit here: the share

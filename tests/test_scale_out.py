@@ -3,10 +3,8 @@ here with their variables set), every shard in one MLflow matrix; a shared track
 
 import dataclasses
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -116,43 +114,7 @@ def _matrix_of(client, uri):
     return parents, [rows_from_mlflow(MlflowGateway(uri), run_id=p.info.run_id) for p in parents]
 
 
-# --- a shared tracking server on PostgreSQL ---------------------------------------------------------------------
-def _postgres_bin() -> Path | None:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
-    return found[-1].parent if found else None
-
-
-@pytest.fixture
-def postgres(tmp_path):
-    """A PostgreSQL server of its own on 127.0.0.1 (Debian's postgresql; .ci/run installs it), a database
-    ``mlflow`` in it; its URI. As root, the cluster belongs to the ``postgres`` user."""
-    binaries = _postgres_bin()
-    if binaries is None:
-        if os.environ.get("SUITE_REQUIRE_POSTGRES"):
-            pytest.fail("SUITE_REQUIRE_POSTGRES is set (CI) but PostgreSQL's binaries are not installed")
-        pytest.skip("no PostgreSQL server binaries (Debian's postgresql package) on this machine")
-    pytest.importorskip("psycopg", reason="MLflow's PostgreSQL store needs psycopg (the test extra has it)")
-    data = Path(tempfile.mkdtemp(prefix="suite-pgdata-"))  # outside pytest's 0700 folders: postgres must reach it
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses root
-        as_user = ["runuser", "-u", "postgres", "--"]
-        shutil.chown(data, "postgres", "postgres")
-    port = free_port()
-    subprocess.run([*as_user, str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
-                    "--no-sync"], check=True, capture_output=True, timeout=120)
-    subprocess.run([*as_user, str(binaries / "pg_ctl"), "-D", str(data), "-w", "-t", "60", "-l", str(data / "log"),
-                    "-o", f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
-                   check=True, capture_output=True, timeout=120)
-    try:
-        subprocess.run([*as_user, str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
-                        "mlflow"], check=True, capture_output=True, timeout=60)
-        yield f"postgresql://postgres@127.0.0.1:{port}/mlflow"
-    finally:
-        subprocess.run([*as_user, str(binaries / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"],
-                       capture_output=True, timeout=120)
-        shutil.rmtree(data, ignore_errors=True)
-
-
+# --- a shared tracking server on PostgreSQL (the `postgres` fixture: conftest) ------------------------------------
 @pytest.mark.e2e
 def test_four_slurm_array_tasks_at_once_into_one_matrix_on_a_postgresql_server(tmp_path, postgres):
     """The sbatch file's body as four array tasks at once (SLURM_ARRAY_* set as Slurm sets them, the array starting

@@ -5,6 +5,10 @@
   concurrent writers wait for each other instead of failing.
 * HTTP requests retry a bounded number of times (:data:`BOUNDED_RETRIES`, MLflow's own environment settings;
   a value the user set wins), so a dead tracking server costs seconds, not MLflow's default minutes.
+* Every call has a deadline (:class:`_Deadlined`): a store that stops answering in the middle of a call (a stopped
+  PostgreSQL server: its client library has no read timeout, the call waited for ever) costs at most
+  :data:`CALL_DEADLINE_S`; the store is then given up for the rest of the process (every later call fails at
+  once, saying why) and the results folder keeps everything for ``suite upload``.
 * Searches are paged: every matching run is returned, however many there are.
 * Tag names are MLflow's own constants (``mlflow.utils.mlflow_tags``) and the suite's, defined here once.
 * Values are written as :func:`suite.config.param_text` spells them.
@@ -16,6 +20,7 @@ as MLflow raised them (the recorder that called is then switched off, see :mod:`
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -24,7 +29,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID as PARENT_RUN_ID
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE as RUN_NOTE  # a run's or experiment's description
 
 from suite.config import param_text
-from suite.errors import SuiteError
+from suite.errors import RecordingError, SuiteError
 
 # --- the suite's own tag names ----------------------------------------------------------------------------
 ROLE = "suite.role"  # matrix, configuration, repeat, audit
@@ -41,6 +46,12 @@ COMMAND = "suite.command"
 #: MLflow's HTTP retry settings while the suite talks to a tracking server (at most ~30 s per outage).
 BOUNDED_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0.5", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+#: The longest one MLflow call may take (seconds) before the store is given up: longer than MLflow's own bounded
+#: HTTP retries (~35 s), so those answer first with their reason. SUITE_TRACKING_DEADLINE_S overrides it.
+CALL_DEADLINE_S = 60.0
+#: The same for calls that move artifact files (a run folder, a report), which may be slow on a slow network.
+ARTIFACT_DEADLINE_S = 600.0
 
 _BATCH_METRICS = 1000  # MLflow's log_batch limits
 _BATCH_PARAMS = 100
@@ -194,6 +205,75 @@ def _initialise_sqlite(uri: str, database: Path) -> None:
                 connection.execute("PRAGMA journal_mode=WAL")
 
 
+class TrackingStalled(RecordingError):
+    """The tracking store did not answer a call in time (or an earlier one): given up for this process."""
+
+
+def call_deadline_s() -> float:
+    text = os.environ.get("SUITE_TRACKING_DEADLINE_S", "")
+    try:
+        value = float(text) if text else CALL_DEADLINE_S
+    except ValueError:
+        raise SuiteError(f"SUITE_TRACKING_DEADLINE_S must be a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise SuiteError(f"SUITE_TRACKING_DEADLINE_S must be a positive number of seconds, got {text!r}")
+    return value
+
+
+class _Deadlined:
+    """An ``MlflowClient`` whose every method runs in a daemon thread of its own and is abandoned after its deadline
+    (``threading`` rather than a pool: a call that never returns must not hold a pool's worker, nor the interpreter's
+    exit). A missed deadline, or MLflow's own HTTP read timeouts, give the store up: every later call raises
+    :class:`TrackingStalled` at once with the first reason, instead of waiting again."""
+
+    def __init__(self, client: Any, uri: str) -> None:
+        self._client, self._uri = client, uri
+        self._deadline_s = call_deadline_s()
+        self._given_up: str | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._call(name, method, args, kwargs)
+
+        return call
+
+    def _call(self, name: str, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._given_up is not None:
+            raise TrackingStalled(self._given_up)
+        outcome: dict[str, Any] = {}
+        finished = threading.Event()
+
+        def target() -> None:
+            try:
+                outcome["value"] = method(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
+                outcome["error"] = exc
+            finally:
+                finished.set()
+
+        threading.Thread(target=target, name=f"mlflow-{name}", daemon=True).start()
+        deadline = ARTIFACT_DEADLINE_S if "artifact" in name else self._deadline_s
+        if not finished.wait(deadline):
+            self._given_up = (f"the MLflow tracking store {self._uri} did not answer {name} within {deadline:g} s "
+                              "(stopped, hung or overloaded); nothing more is sent to it from this process")
+            raise TrackingStalled(self._given_up)
+        error = outcome.get("error")
+        if error is None:
+            return outcome["value"]
+        if "Read timed out" in str(error):  # MLflow's bounded HTTP retries, every one timed out
+            timeout = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", "120")
+            tries = int(os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "7")) + 1
+            self._given_up = (f"the MLflow tracking server {self._uri} accepted {name} but did not answer within "
+                              f"{timeout} s, {tries} times (stopped, hung or overloaded); nothing more is sent to it "
+                              "from this process")
+            raise TrackingStalled(self._given_up) from None
+        raise error
+
+
 class MlflowGateway:
     """Everything the suite asks of one MLflow tracking store."""
 
@@ -212,7 +292,7 @@ class MlflowGateway:
             database = sqlite_path(self.tracking_uri)
             if database is not None:
                 _initialise_sqlite(self.tracking_uri, database)
-            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+            self._client = _Deadlined(MlflowClient(tracking_uri=self.tracking_uri), self.tracking_uri)
         return self._client
 
     # --- experiments -----------------------------------------------------------------------------------
@@ -314,7 +394,7 @@ class MlflowGateway:
         database = sqlite_path(self.tracking_uri)
         if database is not None and not database.is_file():
             return {}
-        client = self._client or MlflowClient(tracking_uri=self.tracking_uri)  # no table set-up, no lock file
+        client = self._client or _Deadlined(MlflowClient(tracking_uri=self.tracking_uri), self.tracking_uri)  # no init
         durations: dict[str, list[float]] = {}
         try:
             experiments = [e.experiment_id for e in client.search_experiments()]

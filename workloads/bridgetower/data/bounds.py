@@ -16,7 +16,8 @@ would need more than that share (the pipeline's own estimate of its peak, :meth:
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+import resource
+from dataclasses import dataclass, replace
 
 from suite.errors import DatasetError
 
@@ -126,6 +127,8 @@ class DecodeBudget:
 
     total_bytes: int
     workers: int
+    #: what the process may still map under an address-space limit (``--memory-limit``), once measured in it
+    address_space_left: int | None = None
 
     @classmethod
     def of(cls, loader_memory_gib: float | None, workers: int) -> "DecodeBudget":
@@ -135,7 +138,19 @@ class DecodeBudget:
 
     @property
     def share_bytes(self) -> int:
-        return self.total_bytes // max(1, self.workers)
+        share = self.total_bytes // max(1, self.workers)
+        return share if self.address_space_left is None else min(share, self.address_space_left)
+
+    def in_this_process(self) -> "DecodeBudget":
+        """This budget in the process that decodes (a loader worker, or the training process without workers):
+        under an address-space limit (RLIMIT_AS, ``--memory-limit``), no larger than what is left of it, so an image
+        that would not fit is refused with the figures instead of failing "out of memory" half-way."""
+        limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if limit == resource.RLIM_INFINITY:
+            return self
+        with open("/proc/self/status", encoding="ascii") as status:
+            mapped = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+        return replace(self, address_space_left=max(0, limit - mapped))
 
     def describe(self) -> dict[str, int]:
         return {"loader_memory_bytes": self.total_bytes, "loader_memory_share_bytes": self.share_bytes}
@@ -144,6 +159,10 @@ class DecodeBudget:
         """Refuse image ``name``, before decoding it, when the ``pipeline`` needs more than one worker's share."""
         if need_bytes <= self.share_bytes:
             return
+        if self.address_space_left is not None and self.address_space_left < self.total_bytes // max(1, self.workers):
+            raise DatasetError(f"image {name}: decoding and preprocessing it ({pipeline} pipeline) needs about "
+                               f"{need_bytes / 2**20:,.0f} MiB, over the {self.address_space_left / 2**20:,.0f} MiB "
+                               "of address space this process has left under --memory-limit")
         who = (f"each of {self.workers} loader workers' share of" if self.workers > 1
                else "the loader's budget of")
         raise DatasetError(f"image {name}: decoding and preprocessing it ({pipeline} pipeline) needs about "

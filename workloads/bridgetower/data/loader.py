@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import os
 import random
 from typing import Any, Iterator
 
@@ -58,6 +59,7 @@ class CaptionedImages(Dataset):
         self.bounds = bounds or ImageBounds.of(None, None)
         self.bounds.apply_to_pillow()  # forked loader workers inherit it
         self.budget = budget  # each worker's share of --loader-memory; None: not checked
+        self._budget_here: tuple[int, DecodeBudget] | None = None  # (pid, the budget measured in that process)
         chosen = PIPELINES[pipeline] if pipeline is not None else LOADER_PIPELINES.get(loader)
         self.pipeline: ImagePipeline | None = chosen(image_size, device_type) if chosen is not None else None
         # the sample each loader worker is reading (shared memory, written by the workers), for the watchdog;
@@ -85,7 +87,8 @@ class CaptionedImages(Dataset):
         data = self.source.read_bytes(index)
         size = self.bounds.check(data, self.source.name_of(index))
         if self.pipeline is not None and self.budget is not None and size is not None:
-            self.budget.check(self.pipeline.peak_bytes(data, *size), self.source.name_of(index), self.pipeline.name)
+            self.budget_here().check(self.pipeline.peak_bytes(data, *size), self.source.name_of(index),
+                                     self.pipeline.name)
         item: dict[str, Any] = {"input_ids": self.input_ids[index], "attention_mask": self.attention_mask[index]}
         if self.pipeline is None:
             item["encoded_images"] = data
@@ -97,6 +100,13 @@ class CaptionedImages(Dataset):
         except Exception as exc:  # noqa: BLE001 - any decode failure names the file
             raise DatasetError(f"cannot decode image {self.source.name_of(index)}: {exc}") from exc
         return item
+
+    def budget_here(self) -> DecodeBudget:
+        """The decode budget in this process (measured once per process: a worker, or the training process)."""
+        assert self.budget is not None
+        if self._budget_here is None or self._budget_here[0] != os.getpid():
+            self._budget_here = (os.getpid(), self.budget.in_this_process())
+        return self._budget_here[1]
 
     def worker_init(self, worker_id: int) -> None:
         """``worker_init_fn``: seed the worker, then let the pipeline set itself up."""
