@@ -159,6 +159,7 @@ def nvjpeg_rate(batch: int = 64, rounds: int = 10) -> dict[str, float]:
     from suite.decoders.nvjpeg import NvJpegDecoder
     from suite.imaging import decode_to_rgb_tensor
     from suite.registry import load_device
+
     from workloads.bridgetower.data.synthetic import ensure_synthetic
 
     root = ensure_synthetic(samples=batch, seed=7)

@@ -11,9 +11,9 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import os
 import re
 from dataclasses import dataclass, field, fields
-import os
 from typing import Any, ClassVar, Mapping, Sequence
 
 from suite.errors import ConfigError

@@ -29,7 +29,7 @@ def emit(stream: TextIO | None = None, **event: Any) -> None:
     except (BrokenPipeError, ValueError):  # the runner closed the pipe / stdout closed: nobody listens
         _runner_gone = True
         try:  # keep the interpreter's final flush of stdout from failing too
-            sys.stdout = open("/dev/null", "w")  # noqa: SIM115 - lives until the process exits
+            sys.stdout = open("/dev/null", "w")  # lives until the process exits
         except OSError:
             pass
 

@@ -8,6 +8,7 @@ from suite.analysis.audit import FAIL, PASS, Record, audit_reference, check_load
 from suite.cli import main
 from suite.analysis.published import align, load_reference, measured_table, ratios, reference_table
 from suite.errors import SuiteError
+from suite.config import RunConfig
 
 pytestmark = pytest.mark.mechanics
 
@@ -56,7 +57,8 @@ def _row(throughput, runs=1, **fields):
 
     config = {**dict(workload="bridgetower", preset="large", device="h100", loader="cpu", precision="bf16",
                      engine="hf-trainer", num_workers=0, batch_size=48), **fields}
-    results = [RunResult(config=config, status="FINISHED", metrics={"throughput_samples_per_s": throughput})
+    results = [RunResult(config=RunConfig.from_dict(config), status="FINISHED",
+                         metrics={"throughput_samples_per_s": throughput})
                for _ in range(runs)]
     [row] = rows_from_results(results)
     return row
@@ -103,7 +105,8 @@ def _result(losses, throughput=100.0, device_name="cpu-x", status="FINISHED"):
     config = dict(workload="w", preset="p", device="cpu", num_workers=0, loader="cpu", precision="fp32", steps=2,
                   warmup_steps=0, seed=1, batch_size=8, dataset=None, weights=None)
     steps = [8 / throughput * (1 + 0.01 * ((i * 5) % 7 - 3) / 3) for i in range(30)]
-    return RunResult(config=config, status=status, reason=None if status == "FINISHED" else "boom", losses=losses,
+    return RunResult(config=RunConfig.from_dict(config), status=status,
+                     reason=None if status == "FINISHED" else "boom", losses=losses,
                      metrics={"throughput_samples_per_s": throughput},
                      facts={"device": {"device_name": device_name}, "step_times_s": steps,
                             "contention": {"contended": False, "others_share": 0.01, "steal_share": 0.0}})

@@ -36,7 +36,7 @@ def _run(steps, contended=False, recorded_contention=True) -> RunResult:
     facts = {"step_times_s": list(steps), "data_wait_s": [0.1 * t for t in steps]}
     if recorded_contention:
         facts["contention"] = {"contended": contended, "others_share": 0.6 if contended else 0.01, "steal_share": 0.0}
-    return RunResult(config=CONFIG.to_dict(), status=FINISHED, metrics=stats.as_dict(), facts=facts)
+    return RunResult(config=CONFIG, status=FINISHED, metrics=stats.as_dict(), facts=facts)
 
 
 def _steps(mean=0.05, sd=0.05, n=30, seed=0):

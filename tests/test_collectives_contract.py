@@ -42,7 +42,8 @@ def _rank_main(rank: int, world: int, port: int, queue) -> None:
         with pytest.raises(RuntimeError, match="No backend type associated with device type cpu"):
             dist.all_gather([torch.zeros(1) for _ in range(world)], torch.zeros(1))  # the rule holds here
         host = HostGroup.create()
-        result = RunResult(config={}, status="FINISHED")
+        result = RunResult(config=RunConfig(workload="w", preset="p", device="cpu", num_workers=0, loader="cpu",
+                                            precision="fp32"), status="FINISHED")
         result.metrics.update(measured_wall_s=2.0 + rank, data_wait_fraction=0.1 * (rank + 1), measured_steps=10.0,
                               throughput_samples_per_s=40.0, device_peak_memory_bytes=100.0 * (rank + 1))
         result.facts["global_batch_size"] = 8 * world

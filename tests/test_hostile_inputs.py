@@ -166,7 +166,8 @@ def test_outside_links_need_their_option_and_duplicates_are_a_warning(tmp_path, 
     manifest = json.loads((tmp_path / "out" / run["facts"]["manifest"]).read_text())
     assert manifest["config"]["allow_outside_links"] is True and manifest["dataset"]["allow_outside_links"] is True
     assert run["facts"]["workload"]["image_bounds"] == {"max_image_pixels": 89_478_485, "max_image_bytes": 64 * 2**20,
-                                                        "bounded_output_size": 64}
+                                                        "bounded_output_size": 64, "loader_memory_bytes": 4 * 2**30,
+                                                        "loader_memory_share_bytes": 4 * 2**30}  # QUICK: 0 workers
 
 
 def _bomb_jpeg(side=65000):

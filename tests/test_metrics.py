@@ -101,7 +101,7 @@ def _run_sleepy(load_s, compute_s, batch=4):
                        steps=6, warmup_steps=1, batch_size=4)
     adapter = CPUAdapter()
     adapter.setup()
-    result = RunResult(config=config.to_dict(), status="RUNNING")
+    result = RunResult(config=config, status="RUNNING")
     _train(config, adapter, SleepyWorkload(config, adapter, load_s, compute_s, batch), result, lambda **_: None)
     return result
 
@@ -130,7 +130,8 @@ def test_loss_digest_is_exact_and_round_trips():
 
     losses = [2.1, 2.0999999999999996, float.fromhex("0x1.0cccccp+1")]
     assert loss_digest(losses) != loss_digest([2.1, 2.1, losses[2]])  # one ulp apart is a different trajectory
-    result = RunResult(config={}, status="FINISHED", losses=losses)
+    result = RunResult(config=RunConfig(workload="w", preset="p", device="cpu", num_workers=0, loader="cpu",
+                                         precision="fp32"), status="FINISHED", losses=losses)
     data = result.to_dict()
     assert float.fromhex(data["losses_hex"][2]) == losses[2] and data["loss_digest"] == loss_digest(losses)
     assert RunResult.from_dict(data).losses == losses

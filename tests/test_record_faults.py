@@ -195,3 +195,23 @@ def test_four_runners_share_one_fresh_sqlite_store_and_every_run_is_there(tmp_pa
         [run] = runs_of(tmp_path / f"out{seed}")
         assert run["status"] == "FINISHED" and run["config"]["seed"] == seed
         assert recorded[run["mlflow_run_id"]].data.params["seed"] == str(seed)
+
+
+@pytest.mark.parametrize("config_text", [None, "{}", "not json"], ids=["absent", "not-a-configuration", "not-json"])
+def test_recover_leaves_out_a_dead_run_without_a_readable_configuration_and_says_so(tmp_path, config_text):
+    """A run folder whose process is gone with no result and no usable config.json: nothing to record it as (a
+    record holds a typed configuration); `suite recover` names it and records nothing false."""
+    from suite.records.store import MatrixInfo, ResultsStore, RunFiles
+    from suite.recorders.upload import repair
+
+    store = ResultsStore.create(tmp_path / "out", MatrixInfo(name="m", workload="bridgetower",
+                                                             command=["suite", "run"]))
+    files = RunFiles(store.root, "bridgetower-tiny-x")
+    files.folder.mkdir(parents=True)
+    files.run_info.write_text(json.dumps({"run_uid": "u1", "pid": 2**22 + 12345, "repeat": 0}))
+    if config_text is not None:
+        files.config.write_text(config_text)
+    notes, running = repair(store)
+    assert not running and store.held_results() == []
+    assert any(note.startswith("left bridgetower-tiny-x out: started, no result, and no readable configuration")
+               for note in notes), notes

@@ -34,7 +34,7 @@ def _matrix(**fields):
 
 
 def _result(config, throughput=10.0, status=FINISHED, uid=None, repeat=0):
-    return RunResult(config=config.to_dict(), status=status, repeat=repeat, run_uid=uid or f"u{time.time_ns()}",
+    return RunResult(config=config, status=status, repeat=repeat, run_uid=uid or f"u{time.time_ns()}",
                      metrics={"throughput_samples_per_s": throughput} if status == FINISHED else {},
                      reason=None if status == FINISHED else "boom", losses=[1.0, 0.5])
 
@@ -51,6 +51,21 @@ def test_config_id_covers_every_field_and_is_stable():
     assert BASE.config_id == "bridgetower-tiny-cpu-nw0-cpu-fp32-suite-b8-s42-13fe6875"
     weird = dataclasses.replace(BASE, device="my dev/1").config_id
     assert "/" not in weird and " " not in weird
+
+
+def test_a_run_record_holds_a_typed_configuration_and_json_only_at_its_edges(tmp_path):
+    """Issue 28, point 1: ``RunResult.config`` is a :class:`RunConfig` (no dict lookups by key in the code), turned
+    into JSON by ``to_dict`` and back by ``from_dict`` only, where the record is written and read."""
+    import typing
+
+    assert typing.get_type_hints(RunResult)["config"] is RunConfig
+    result = _result(BASE)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["config"] == BASE.to_dict()
+    again = RunResult.from_dict(data)
+    assert isinstance(again.config, RunConfig) and again.config == BASE and again.to_dict() == result.to_dict()
+    with pytest.raises(ValueError, match="num_workers"):
+        RunResult.from_dict({**data, "config": {**data["config"], "num_workers": "two"}})
 
 
 def test_params_are_plain_text_and_read_back_into_the_same_configuration():

@@ -49,9 +49,9 @@ def _folder(tmp_path: Path) -> Path:
                ("device", 2): 70.0}
     for (loader, workers), throughput in figures.items():
         config = dataclasses.replace(BASE, loader=loader, num_workers=workers)
-        store.record(RunResult(config=config.to_dict(), status=FINISHED, run_uid=f"{loader}{workers}",
+        store.record(RunResult(config=config, status=FINISHED, run_uid=f"{loader}{workers}",
                                metrics=_metrics(throughput, busy=(loader, workers) == ("cpu", 1))))
-    store.record(RunResult(config=dataclasses.replace(BASE, precision="bf16").to_dict(), status=FAILED,
+    store.record(RunResult(config=dataclasses.replace(BASE, precision="bf16"), status=FAILED,
                            reason="bf16 is not supported here", run_uid="bf16"))
     store.finish(FAILED, "1 of 7 run(s) did not finish")
     store.release()
@@ -249,7 +249,7 @@ def test_reasons_with_brackets_are_shown_as_they_are(capsys):
     from suite.cli.display import print_results_table
 
     reason = "RuntimeError: [/__w/pytorch/third_party/gloo/transport/tcp/pair.cc:553] Connection closed by peer"
-    print_results_table([RunResult(config=BASE.to_dict(), status=FAILED, reason=reason)])
+    print_results_table([RunResult(config=BASE, status=FAILED, reason=reason)])
     shown = "".join(capsys.readouterr().out.replace("│", "").split())  # the cell folds over lines
     assert "".join(reason.split()) in shown
 
@@ -259,7 +259,7 @@ def test_the_headline_calls_a_speed_up_only_when_the_intervals_separate(tmp_path
     store = ResultsStore.create(tmp_path / "out", MatrixInfo(name="m", workload="bridgetower", command=["suite"]))
     for workers, throughput in ((0, 40.0), (2, 41.2)):
         config = dataclasses.replace(BASE, num_workers=workers)
-        store.record(RunResult(config=config.to_dict(), status=FINISHED, run_uid=f"w{workers}",
+        store.record(RunResult(config=config, status=FINISHED, run_uid=f"w{workers}",
                                metrics=_metrics(throughput)))
     store.finish(FINISHED, None)
     store.release()
@@ -291,14 +291,14 @@ def test_hostile_names_stay_text_in_every_markdown_sink_in_a_real_browser(tmp_pa
 
     folder = _folder(tmp_path)
     store = ResultsStore.reopen(folder)
-    failed = RunResult(config=dataclasses.replace(BASE, loader="cpu-fast").to_dict(), status=FAILED,
+    failed = RunResult(config=dataclasses.replace(BASE, loader="cpu-fast"), status=FAILED,
                        reason=f"cannot decode image /data/{HOSTILE}.jpg: truncated", run_uid="hostile")
     store.record(failed)
     store.release()
     content = from_folder(folder, None)
     files = write_report(content, tmp_path / "report")
     sinks = {"report.md": files.markdown.read_text(),
-             "mlflow run description": _run_note(RunConfig.from_dict(failed.config), failed)}
+             "mlflow run description": _run_note(failed.config, failed)}
     for name, text in sinks.items():
         dom = _browser_dom_of_markdown(tmp_path, text, name.replace(" ", "-"))
         assert not re.search(r"<img[^>]*src=\"?x", dom) and not re.search(r"<body[^>]*data-pwned", dom), name
@@ -315,7 +315,7 @@ def test_runs_that_read_different_data_are_flagged_in_compare_and_the_report(tmp
     store = ResultsStore.create(tmp_path / "out", MatrixInfo(name="m", workload="bridgetower", command=["suite"]))
     results = []
     for workers, fingerprint in ((0, {"sha256": "a" * 64}), (2, {"sha256": "b" * 64})):
-        result = RunResult(config=dataclasses.replace(BASE, num_workers=workers).to_dict(), status=FINISHED,
+        result = RunResult(config=dataclasses.replace(BASE, num_workers=workers), status=FINISHED,
                            run_uid=f"w{workers}", metrics=_metrics(40.0 + workers),
                            facts={"workload": {"dataset_fingerprint": fingerprint}})
         store.record(result)

@@ -1,5 +1,6 @@
 import pytest
 
+from suite.config import RunConfig
 from suite.records.results import RunResult
 from suite.analysis.scoring import score_repeats
 
@@ -11,7 +12,7 @@ CONFIG = dict(workload="w", preset="p", device="cpu", num_workers=0, loader="cpu
 
 def _runs(values, statuses=None, losses=None):
     statuses = statuses or ["FINISHED"] * len(values)
-    return [RunResult(config=dict(CONFIG), status=s, repeat=i, metrics={"throughput_samples_per_s": v},
+    return [RunResult(config=RunConfig.from_dict(CONFIG), status=s, repeat=i, metrics={"throughput_samples_per_s": v},
                       losses=list(losses or [1.0, 0.5]), reason=None if s == "FINISHED" else "boom")
             for i, (v, s) in enumerate(zip(values, statuses))]
 

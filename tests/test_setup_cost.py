@@ -202,7 +202,7 @@ def test_the_progress_line_names_the_first_step_latency_and_its_largest_phases()
                "setup_first_step_s": 0.9}
     assert setup_text(metrics) == "first step after 0.9 s (model 0.4, tokenization 0.2 s)"
     assert setup_text({"setup_model_s": 0.4}) == ""  # a run that never reached its first step
-    result = RunResult(config=RunConfig(**TINY).to_dict(), status=FINISHED, metrics=metrics)
+    result = RunResult(config=RunConfig(**TINY), status=FINISHED, metrics=metrics)
     line = timing_line([result], {"matrix_wall_s": 20.0, "in_window_s": 9.0, "in_window_fraction": 0.45,
                                   "setup_mlflow_s": 2.5})
     assert line == ("time: 9.0 s of the matrix's 20.0 s in warm-up + measured windows (45%); first step after 0.9 s "

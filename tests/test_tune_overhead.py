@@ -9,7 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from suite.cli import main
-from suite.config import MatrixSpec
+from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError
 from suite.records.results import FAILED, FINISHED, RunResult
 from suite.trackers.host_ram import HostRamSampler
@@ -27,7 +27,9 @@ def _result(workers, prefetch, throughput, pss=1e8, status=FINISHED, spread=0.01
     metrics = {"throughput_samples_per_s": throughput, "host_ram_peak_pss_bytes": pss}
     if low is not None:
         metrics.update(throughput_ci95_low=low, throughput_ci95_high=high)
-    return RunResult(config={"num_workers": workers, "prefetch_factor": prefetch}, status=status, metrics=metrics,
+    config = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=workers, loader="cpu",
+                       precision="fp32", prefetch_factor=prefetch)
+    return RunResult(config=config, status=status, metrics=metrics,
                      facts={"step_times_s": steps})
 
 

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from suite.analysis.equivalence import DEFAULT_TOLERANCE, FAIL, INCONCLUSIVE, PASS, ratio_test
 from suite.config import RunConfig
 from suite.errors import ConfigError, SuiteError
 from suite.fileio import read_record_text
@@ -43,8 +44,6 @@ from suite.records.environment import git_state, package_versions
 from suite.records.manifest import MANIFEST_FILE, config_from_manifest, load_manifest
 from suite.records.results import FINISHED, RunResult
 from suite.records.store import ResultsStore
-
-from suite.analysis.equivalence import DEFAULT_TOLERANCE, FAIL, INCONCLUSIVE, PASS, ratio_test
 
 WARN, SKIP = "WARN", "SKIP"
 DEFAULT_LOSS_RTOL = 1e-2
@@ -185,7 +184,7 @@ def check_record_consistency(subject: str, result: RunResult, manifest: dict[str
     facts, metrics = result.facts, result.metrics
     problems = _manifest_disagreements(result, manifest)
     steps, waits = facts.get("step_times_s"), facts.get("data_wait_s")
-    batch = RunConfig.from_dict(result.config).batch_size
+    batch = result.config.batch_size
     if not steps or batch is None:
         if problems:
             return Check(subject, "record", FAIL, "record inconsistent: " + "; ".join(problems))
@@ -269,7 +268,7 @@ def record_checks(records: Sequence[Record]) -> list[Check]:
 
 def record_of(result: RunResult, manifest: dict[str, Any] | None, label: str = "") -> Record:
     """What ran, as observed by the run (the pipeline built, the DataLoader that ran), beside what was asked."""
-    config = RunConfig.from_dict(result.config)
+    config = result.config
     subject = config.config_id + (f" repeat {result.repeat}" if result.repeat else "") + label
     facts = result.facts
     return Record(
@@ -335,8 +334,8 @@ def load_directory(target: Path) -> Recorded:
 
 def load_mlflow_run(gateway: Any, run_id: str) -> Recorded:
     """A matrix run's (or one configuration run's) records, from its MLflow artifacts."""
-    from suite.records.store import read_results_file, read_scores_file, validate_result
     from suite.recorders import mlflow_gateway as tags
+    from suite.records.store import read_results_file, read_scores_file, validate_result
 
     run = gateway.get_run(run_id)
     with tempfile.TemporaryDirectory(prefix="suite-audit-") as workdir:  # everything is read into memory
@@ -372,7 +371,7 @@ def _max_rel_diff(a: Sequence[float], b: Sequence[float]) -> float:
 
 def compare_rerun(original: RunResult, manifest: dict[str, Any], rerun: RunResult, rerun_manifest: dict[str, Any],
                   tolerance: float, loss_rtol: float, recorded_repeats: Sequence[float] | None = None) -> list[Check]:
-    subject = RunConfig.from_dict(original.config).config_id
+    subject = original.config.config_id
     if rerun.status != FINISHED:
         return [Check(subject, "rerun", FAIL, f"the re-run {rerun.status}: {rerun.reason}")]
     checks = [Check(subject, "rerun", PASS, "re-ran from the manifest alone")]
@@ -430,7 +429,7 @@ def throughput_check(subject: str, original: RunResult, rerun: RunResult, tolera
     if not steps_before or not steps_after or len(steps_before) < 2 or len(steps_after) < 2:
         return Check(subject, "throughput", INCONCLUSIVE, f"{numbers}; fewer than two stored step times on a side: "
                                                           "no interval for the ratio, no verdict")
-    batch = rerun.facts.get("global_batch_size") or RunConfig.from_dict(rerun.config).batch_size
+    batch = rerun.facts.get("global_batch_size") or rerun.config.batch_size
     test = ratio_test(steps_before, steps_after, tolerance, recorded_repeats, samples_per_step=batch)
     return Check(subject, "throughput", test.verdict, f"{numbers}; {test.describe()}; neither run contended")
 
@@ -475,7 +474,7 @@ def audit_recorded(recorded: Recorded, target: str, store: ResultsStore | None, 
 
         if store is None:
             raise ValueError("the loader comparison needs a results folder (store)")
-        configs = [RunConfig.from_dict(r.config) for r in recorded.results]
+        configs = [r.config for r in recorded.results]
         report.checks += loader_checks(configs, store, progress, loaders, ["suite", "audit", target, "--loaders"])
     return report
 
@@ -487,9 +486,9 @@ def _audit_records(recorded: Recorded, target: str, store: ResultsStore | None, 
     report = AuditReport(target=target, audited_run_ids=[r.mlflow_run_id for r in recorded.results if r.mlflow_run_id])
     computed: dict[tuple[Any, ...], dict[str, str]] = {}
     for result, manifest in zip(recorded.results, recorded.manifests, strict=True):
-        config = RunConfig.from_dict(result.config)
+        config = result.config
         subject = config.config_id + (f" repeat {result.repeat}" if result.repeat else "")
-        report.checks.append(check_config(subject, result.config, manifest))
+        report.checks.append(check_config(subject, result.config.to_dict(), manifest))
         report.checks.append(check_record_consistency(subject, result, manifest))
         if not rerun and result.status == FINISHED:
             report.checks.append(check_inputs_now(subject, config, manifest, computed))
@@ -503,7 +502,7 @@ def _audit_records(recorded: Recorded, target: str, store: ResultsStore | None, 
         raise ValueError("re-runs need a results folder (store)")
     seen: set[str] = set()
     for result, manifest in zip(recorded.results, recorded.manifests, strict=True):
-        config_id = RunConfig.from_dict(result.config).config_id
+        config_id = result.config.config_id
         if config_id in seen:  # one re-run per configuration, compared with its first repeat
             continue
         seen.add(config_id)

@@ -99,7 +99,7 @@ def rows_from_results(results: Sequence[RunResult]) -> list[Row]:
     """One row per configuration id of a results folder's runs."""
     groups: dict[str, _Group] = {}
     for result in results:
-        config = RunConfig.from_dict(result.config)
+        config = result.config
         group = groups.setdefault(config.config_id, _Group(config))
         if result.status != FINISHED or THROUGHPUT not in result.metrics:
             group.unfinished += 1

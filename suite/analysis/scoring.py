@@ -22,7 +22,7 @@ METRIC = "throughput_samples_per_s"
 @dataclass(frozen=True)
 class ConfigScore:
     config_id: str
-    config: dict[str, Any]
+    config: RunConfig
     status: str
     reason: str | None
     repeats: int
@@ -34,11 +34,12 @@ class ConfigScore:
     method: str
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "config": self.config.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ConfigScore":
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls(**{**values, "config": RunConfig.from_dict(data["config"])})
 
 
 def score_values(values: Sequence[float]) -> tuple[float, float | None, tuple[int, ...], str]:
@@ -64,7 +65,7 @@ def score_repeats(results: Sequence[RunResult]) -> ConfigScore:
     config = results[0].config
     if any(r.config != config for r in results):
         raise ValueError("score_repeats got results of different configurations")
-    config_id = RunConfig.from_dict(config).config_id
+    config_id = config.config_id
     digests_identical = len({r.loss_digest for r in results}) == 1
     failed = [r for r in results if r.status != FINISHED]
     if failed:

@@ -89,7 +89,7 @@ def analyse(results: Sequence[RunResult], tolerance: float) -> TuneOutcome:
     for result in results:
         config, m = result.config, result.metrics
         points.append(TunePoint(
-            num_workers=config["num_workers"], prefetch_factor=config.get("prefetch_factor"), status=result.status,
+            num_workers=config.num_workers, prefetch_factor=config.prefetch_factor, status=result.status,
             throughput_samples_per_s=m.get("throughput_samples_per_s"),
             host_ram_peak_pss_bytes=m.get("host_ram_peak_pss_bytes"),
             data_wait_fraction=m.get("data_wait_fraction"), reason=result.reason or "",

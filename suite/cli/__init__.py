@@ -36,7 +36,7 @@ def build_parser(suppress_defaults_of: str | None = None) -> argparse.ArgumentPa
     records.add_parsers(sub)
     inspect.add_parsers(sub)
     if suppress_defaults_of is not None:
-        for action in sub.choices[suppress_defaults_of]._actions:  # noqa: SLF001 - no public accessor
+        for action in sub.choices[suppress_defaults_of]._actions:  # no public accessor
             action.default = argparse.SUPPRESS
     return parser
 

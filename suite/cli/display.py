@@ -198,7 +198,7 @@ class PlainProgress:
 
 
 def summary_line(result: RunResult) -> str:
-    label = RunConfig.from_dict(result.config).describe()
+    label = result.config.describe()
     if result.status != FINISHED:
         return f"  {label}: {result.status}: {visible(result.reason)}"
     if result.recorded_elsewhere:
@@ -268,7 +268,7 @@ def print_results_table(results: Sequence[RunResult]) -> None:
     for column in ("samples/s", "p50 ms", "p99 ms", "data-wait", "device peak MiB", "host PSS MiB", "host RSS MiB"):
         table.add_column(column, justify="right")
     for result in results:
-        label = RunConfig.from_dict(result.config).describe() + (f" #{result.repeat}" if result.repeat else "")
+        label = result.config.describe() + (f" #{result.repeat}" if result.repeat else "")
         m = result.metrics
         if result.status == FINISHED:
             table.add_row(_plain(label), result.status, _fmt(m, "throughput_samples_per_s", pattern="{:.1f}"),
@@ -278,11 +278,11 @@ def print_results_table(results: Sequence[RunResult]) -> None:
         else:
             table.add_row(_plain(label), _plain(f"{result.status}: {result.reason}"), *["-"] * 7)
     wide_console().print(table)
-    if any(r.config.get("device") == "cpu" for r in results):
+    if any(r.config.device == "cpu" for r in results):
         print(DEVICE_MEMORY_NOTE)
     busy = [r for r in results if r.status == FINISHED and (r.facts.get("contention") or {}).get("contended")]
     if busy:
-        shares = ", ".join(f"{_plain(RunConfig.from_dict(r.config).describe())} (others used "
+        shares = ", ".join(f"{_plain(r.config.describe())} (others used "
                            f"{r.facts['contention'].get('others_share', 0):.0%} of the cores)" for r in busy)
         print(f"suite: warning: measured while other work used the machine: {visible(shares)}. Those figures are "
               "not the machine's, and an audit gives them no verdict: measure again on a quiet machine, or with "
@@ -296,7 +296,7 @@ def print_scores_table(scores: Sequence[ConfigScore]) -> None:
     for column in ("configuration", "status", "repeats", "score samples/s", "CV", "dropped", "losses identical"):
         table.add_column(column)
     for score in scores:
-        table.add_row(_plain(RunConfig.from_dict(score.config).describe()),
+        table.add_row(_plain(score.config.describe()),
                       _plain(score.status if not score.reason else f"{score.status}: {score.reason}"),
                       str(score.repeats),
                       "-" if score.throughput_score is None else f"{score.throughput_score:.1f}",

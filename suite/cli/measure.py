@@ -11,8 +11,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suite.cli import options
-from suite.cli.display import (PlainProgress, RichProgress, print_results_table, print_scores_table, print_tune_table,
-                               stamp, timing_line)
+from suite.cli.display import (
+    PlainProgress,
+    RichProgress,
+    print_results_table,
+    print_scores_table,
+    print_tune_table,
+    stamp,
+    timing_line,
+)
 from suite.config import FILE_RUN_OPTIONS, TOKENIZER_MODES, MatrixSpec, RunConfig, load_config_file, param_text
 from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_json_atomic
@@ -30,7 +37,8 @@ def add_parsers(sub: Any) -> None:
                      help="JSON or TOML file with matrix fields (workload, preset, devices, workers, loaders, "
                           "precisions, engines, steps, warmup_steps, seed, batch_size, dataset, weights, "
                           "skip_bad_samples, nproc_per_node, nnodes, rdzv_endpoint, prefetch_factor, max_image_pixels, "
-                          "max_image_bytes, max_caption_bytes, loader_memory_gib, allow_outside_links, timeout_s, loader_timeout_s, "
+                          "max_image_bytes, max_caption_bytes, loader_memory_gib, allow_outside_links, timeout_s, "
+                          "loader_timeout_s, "
                           "eval_every, "
                           "target_quality, max_steps, submission_org, submission_platform, submission_division, "
                           "clear_caches) and "
@@ -293,9 +301,9 @@ def refuse_unavailable_devices(devices: Sequence[str]) -> None:
 def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunConfig], args: argparse.Namespace,
                   argv: Sequence[str], kind: str, tracking_uri: str, memory_limit: float | None) -> Any:
     """The workload's check of its inputs, then the new results folder with the matrix's facts (locked)."""
+    from suite.recorders.mlflow_gateway import normalize_uri
     from suite.records.environment import git_state, host_facts, package_versions
     from suite.records.store import MatrixInfo, ResultsStore
-    from suite.recorders.mlflow_gateway import normalize_uri
 
     prepared = dict(workload_cls.prepare(resolved[0]))
     for warning in prepared.pop("warnings", []):
@@ -461,7 +469,7 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
     try:
         outcome = tune.analyse(run.outcome.results, args.tolerance)
         title = (f"suite tune: {spec.workload}/{spec.preset} on {spec.devices[0]}, loader {spec.loaders[0]}, "
-                 f"{spec.precisions[0]}, batch {run.outcome.results[0].config['batch_size']}")
+                 f"{spec.precisions[0]}, batch {run.outcome.results[0].config.batch_size}")
         png = tune.plot(outcome, run.store.path("tune.png"), title)
         summary = run.store.write_json("tune.json", outcome.to_dict())
     finally:

@@ -156,9 +156,9 @@ def _loader_audit(args: argparse.Namespace) -> Any:
 def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.analysis.audit import audit_recorded, audit_reference, log_audit_to_mlflow
     from suite.cli.display import PlainProgress, RichProgress
-    from suite.records.store import MatrixInfo, ResultsStore
     from suite.recorders import MlflowGateway
     from suite.recorders.mlflow_gateway import normalize_uri
+    from suite.records.store import MatrixInfo, ResultsStore
 
     if args.calibrate:
         from suite.analysis.equivalence import calibrate
@@ -176,7 +176,7 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return report.exit_status
     gateway = MlflowGateway(args.tracking_uri)
     recorded = _load_recorded(args.target, gateway)
-    workload = recorded.results[0].config["workload"]
+    workload = recorded.results[0].config.workload
     output = args.output or Path("suite-results") / f"audit-{stamp()}"
     store = ResultsStore.create(output, MatrixInfo(name=f"audit-{stamp()}", workload=workload, kind="audit",
                                                    command=["suite", *argv],
@@ -250,9 +250,9 @@ def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.analysis.compare import rows_from_mlflow, rows_from_results, speedups
     from suite.analysis.plots import plot
     from suite.analysis.published import load_reference, measured_table, reference_table
+    from suite.recorders import MlflowGateway
     from suite.records.results import dataset_warning, differing_datasets
     from suite.records.store import ResultsStore
-    from suite.recorders import MlflowGateway
 
     gateway = MlflowGateway(args.tracking_uri)
     rows: list = []

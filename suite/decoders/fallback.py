@@ -53,7 +53,7 @@ def decode_with_fallback(decoder: Decoder, encoded: Sequence[bytes], kinds: Sequ
         if index in host:
             try:
                 image = decode_to_rgb_tensor(data)
-            except Exception as exc:  # noqa: BLE001 - neither the device nor the host decodes it: name it
+            except Exception as exc:  # neither the device nor the host decodes it: name it
                 raise DecodeError(index, f"{host[index]}; on the host too: {type(exc).__name__}: {exc}") from exc
             pixels.append(finish(image))
         else:
@@ -81,7 +81,7 @@ def _on_device(decoder: Decoder, encoded: Sequence[bytes], host: dict[int, str],
             if exc.image_index in host:
                 raise
             host[exc.image_index] = f"{decoder.name} failed: {' '.join(str(exc).split())[:200]}"
-        except Exception:  # noqa: BLE001 - which image? each alone, among placeholders
+        except Exception:  # which image? each alone, among placeholders
             culprits = {}
             for index in [i for i in range(len(encoded)) if i not in host]:
                 try:

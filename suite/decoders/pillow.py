@@ -21,6 +21,6 @@ class PillowDecoder(Decoder):
         for index, data in enumerate(encoded):
             try:
                 images.append(decode_to_rgb_tensor(data))
-            except Exception as exc:  # noqa: BLE001 - re-raised naming the image
+            except Exception as exc:  # re-raised naming the image
                 raise DecodeError(index, f"{type(exc).__name__}: {exc}") from exc
         return images

@@ -307,7 +307,7 @@ class MlflowGateway:
         try:
             return self.client.create_experiment(name, artifact_location=artifact_location(self.tracking_uri, name),
                                                  tags=tags)
-        except Exception:  # noqa: BLE001 - another process created it first
+        except Exception:  # another process created it first
             found = self.client.get_experiment_by_name(name)
             if found is None:
                 raise
@@ -366,7 +366,7 @@ class MlflowGateway:
     def get_run(self, run_id: str) -> Any:
         try:
             return self.client.get_run(run_id)
-        except Exception as exc:  # noqa: BLE001 - MlflowException, or a store that cannot be reached
+        except Exception as exc:  # MlflowException, or a store that cannot be reached
             raise SuiteError(f"no MLflow run {run_id!r} at {self.tracking_uri}: {_first_line(exc)}") from exc
 
     def search_runs(self, experiment_ids: Sequence[str], filter_string: str = "",
@@ -382,7 +382,7 @@ class MlflowGateway:
                 token = page.token
                 if not token:
                     return runs
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise SuiteError(f"MLflow query failed at {self.tracking_uri}: {_first_line(exc)}") from exc
 
     def finished_durations(self, config_ids: Sequence[str]) -> dict[str, list[float]]:
@@ -404,7 +404,7 @@ class MlflowGateway:
                 durations[config_id] = [(r.info.end_time - r.info.start_time) / 1000 for r in runs
                                         if r.info.end_time and r.info.start_time
                                         and RUN_UID in r.data.tags]  # measured runs, not a score of repeats
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise SuiteError(f"MLflow query failed at {self.tracking_uri}: {_first_line(exc)}") from exc
         return durations
 

@@ -16,14 +16,13 @@ from typing import Any, Sequence
 
 from suite.analysis.scoring import ConfigScore
 from suite.config import RunConfig, short_labels
-from suite.records.results import RUNNING, RunResult
-from suite.records.store import MatrixInfo, RunFiles
 from suite.recorders import mlflow_gateway as tags_
 from suite.recorders.base import Recorder
-from suite.recorders.mlflow_gateway import MlflowGateway
 from suite.recorders.metric_names import mlflow_metrics
+from suite.recorders.mlflow_gateway import MlflowGateway
+from suite.records.results import RUNNING, RunResult
+from suite.records.store import MatrixInfo, RunFiles
 from suite.text import markdown_literal
-
 
 #: The experiment's description (MLflow shows it above the runs table).
 EXPERIMENT_NOTE = (
@@ -151,7 +150,7 @@ class MlflowRecorder(Recorder):
     def end(self, result: RunResult) -> None:
         if result.recorded_elsewhere:  # this node's share of a multi-node run: global rank 0's node records it
             return
-        config = RunConfig.from_dict(result.config)
+        config = result.config
         key = (config.config_id, result.repeat)
         existing = None
         if self._resume and result.run_uid:
@@ -170,7 +169,7 @@ class MlflowRecorder(Recorder):
         start_ms = int((result.started_at or time.time()) * 1000)
         metrics = [(k, float(v), end_ms, 0) for k, v in result.metrics.items()]
         metrics += [("loss", float(v), start_ms, step) for step, v in enumerate(result.losses)]
-        warmup = int(result.config.get("warmup_steps", 0))
+        warmup = result.config.warmup_steps
         metrics += [("step_time_s", float(v), start_ms, warmup + i)
                     for i, v in enumerate(result.facts.get("step_times_s") or [])]
         for evaluation in result.facts.get("evaluations") or []:  # quality over the run, at its step
@@ -279,14 +278,15 @@ class MlflowRecorder(Recorder):
     def matrix_metrics(self, metrics: dict[str, float]) -> None:
         if self.parent_run_id:
             now_ms = int(time.time() * 1000)
-            self.gateway.log(self.parent_run_id, metrics=mlflow_metrics([(k, v, now_ms, 0) for k, v in metrics.items()]))
+            headline = mlflow_metrics([(k, v, now_ms, 0) for k, v in metrics.items()])
+            self.gateway.log(self.parent_run_id, metrics=headline)
 
     def attach_report(self, content: Any, files: Any) -> None:
         """Give the matrix run what a reader scans for: summary metrics (best throughput, speed-up of the best over
         its workers=0 CPU-loader baseline), a description with the results table (Markdown), and the report
         (``report/report.html``, its Markdown twin and charts) as artifacts."""
         from suite.analysis.compare import THROUGHPUT
-        from suite.report.render import results_table, markdown_table
+        from suite.report.render import markdown_table, results_table
 
         if not self.parent_run_id:
             return

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from suite.analysis.scoring import ConfigScore
 from suite.config import RunConfig
-from suite.errors import ResultsFolderError
+from suite.errors import ResultsFolderError, SuiteError
 from suite.fileio import read_record_text
-from suite.records.results import KILLED, RUNNING, RunResult
-from suite.records.store import ResultsStore, RunFiles, read_rescue, rescued_manifests
 from suite.recorders.mlflow_gateway import MlflowGateway, check_reachable, default_tracking_uri, normalize_uri
 from suite.recorders.mlflow_recorder import MlflowRecorder
+from suite.records.results import KILLED, RUNNING, RunResult
+from suite.records.store import ResultsStore, RunFiles, read_rescue, rescued_manifests
 
 PROCESS_MODULE = "suite.run.process"
 
@@ -113,7 +113,13 @@ def repair(store: ResultsStore, rescue: Path | None = None) -> tuple[list[str], 
             if _process_alive(info.get("pid"), files):
                 still_running.append(files.name)
                 continue
-            config = json.loads(files.config.read_text()) if files.config.is_file() else {}
+            try:
+                config = RunConfig.from_dict(json.loads(read_record_text(files.config)))
+            except (OSError, ValueError, SuiteError) as exc:  # no config.json, or not one: nothing to record it as
+                notes.append(f"left {files.name} out: started, no result, and no readable configuration "
+                             f"({' '.join(str(exc).split())[:200]})")
+                known.add(run_uid)
+                continue
             ended = files.log.stat().st_mtime if files.log.exists() else time.time()
             killed = RunResult(config=config, status=KILLED, reason="its runner stopped while it ran and no result "
                                "was written", run_uid=run_uid, repeat=int(info.get("repeat", 0)), ended_at=ended)
@@ -143,7 +149,7 @@ def upload(directory: Path, tracking_uri: str | None = None, rescue: Path | None
         recorder.open(matrix, store.root)
         results = store.held_results() if own_store else [RunResult.from_dict(r.to_dict())
                                                            for r in store.held_results()]
-        recorder.plan([RunConfig.from_dict(r.config) for r in results])  # run names as `suite run` gives them
+        recorder.plan([r.config for r in results])  # run names as `suite run` gives them
         for result in results:
             recorder.end(result)
         for score in store.scores():

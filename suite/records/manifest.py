@@ -33,11 +33,11 @@ def build_manifest(result: RunResult, command: Sequence[str], stage: str = COMPL
     config = result.config
     facts = result.facts
     workload = facts.get("workload", {})
-    seed = config["seed"]
+    seed = config.seed
     return {
         "manifest_version": MANIFEST_VERSION,
         "stage": stage,
-        "config": config,
+        "config": config.to_dict(),
         "repeat": result.repeat,
         "seeds": {
             "seed": seed,
@@ -48,12 +48,12 @@ def build_manifest(result: RunResult, command: Sequence[str], stage: str = COMPL
             "loader_workers": "torch per-worker seed (from the sampler generator) + worker id; "
                               "random and numpy re-seeded from it",
         },
-        "batch_size": {"configured": config.get("batch_size"), "used": facts.get("batch_size_used")},
+        "batch_size": {"configured": config.batch_size, "used": facts.get("batch_size_used")},
         "warmup_steps_excluded": facts.get("warmup_steps_excluded"),
-        "loader": {"requested": config.get("loader"), "ran": facts.get("loader_used")},
-        "num_workers": {"requested": config.get("num_workers"), "ran": facts.get("num_workers_used")},
-        "prefetch_factor": {"requested": config.get("prefetch_factor"), "ran": facts.get("prefetch_factor_used")},
-        "precision": {"requested": config.get("precision"), "ran": facts.get("precision_used")},
+        "loader": {"requested": config.loader, "ran": facts.get("loader_used")},
+        "num_workers": {"requested": config.num_workers, "ran": facts.get("num_workers_used")},
+        "prefetch_factor": {"requested": config.prefetch_factor, "ran": facts.get("prefetch_factor_used")},
+        "precision": {"requested": config.precision, "ran": facts.get("precision_used")},
         "packages": package_versions(),
         "host": host_facts(),
         "device": facts.get("device", {}),

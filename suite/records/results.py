@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from suite.config import RunConfig
 from suite.trackers.timing import StepTiming
 
 FINISHED = "FINISHED"
@@ -167,7 +168,7 @@ class RunResult:
     loader, batch size used...).
     """
 
-    config: dict[str, Any]
+    config: RunConfig
     status: str
     reason: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
@@ -191,7 +192,7 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "config": self.config,
+            "config": self.config.to_dict(),
             "repeat": self.repeat,
             "run_uid": self.run_uid,
             "status": self.status,
@@ -236,7 +237,8 @@ class RunResult:
             if data.get(name) is not None and not isinstance(data[name], str):
                 raise ValueError(f"{name} is not a string")
         for name in ("started_at", "ended_at"):
-            if data.get(name) is not None and (isinstance(data[name], bool) or not isinstance(data[name], (int, float))):
+            value = data.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise ValueError(f"{name} is not a number")
         if isinstance(data.get("repeat"), bool) or not isinstance(data.get("repeat", 0), int):
             raise ValueError("repeat is not an integer")
@@ -247,6 +249,7 @@ class RunResult:
                 raise ValueError("losses_hex holds a value that is not a hex float") from None
         elif any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in data.get("losses", [])):
             raise ValueError("losses holds a value that is not a number")
+        data["config"] = RunConfig.from_dict(data["config"])  # a ConfigError (a ValueError) names the field
         result = cls(**data)
         if digest is not None and digest != result.loss_digest:
             raise ValueError("loss_digest does not match the recorded losses: the record is corrupt or edited")
@@ -262,18 +265,9 @@ def differing_datasets(results: Sequence["RunResult"]) -> dict[str, list[str]]:
         if fingerprint is None:
             continue
         digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True, default=str).encode()).hexdigest()[:12]
-        label = _config_label(result.config)
+        label = result.config.describe()
         groups.setdefault(digest, []).append(label + (f" #{result.repeat}" if result.repeat else ""))
     return groups if len(groups) > 1 else {}
-
-
-def _config_label(config: dict[str, Any]) -> str:
-    from suite.config import RunConfig
-
-    try:
-        return RunConfig.from_dict(config).describe()
-    except Exception:  # noqa: BLE001 - a label only
-        return str(config)
 
 
 def dataset_warning(groups: dict[str, list[str]]) -> str:

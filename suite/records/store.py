@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterator
 
-from suite.config import RunConfig
 from suite.errors import ConfigError, RecordingError, ResultsFolderError
 from suite.fileio import read_record_text, write_json_atomic
 from suite.records.results import END_STATUSES, RUNNING, RunResult
@@ -156,7 +155,6 @@ def validate_result(data: Any, where: str) -> RunResult:
     """A run record read from ``where``, checked field by field (config included)."""
     try:
         result = RunResult.from_dict(data)
-        RunConfig.from_dict(result.config)
     except ConfigError as exc:
         raise ResultsFolderError(f"{where}: config: {exc}") from None
     except (ValueError, TypeError) as exc:

@@ -60,7 +60,7 @@ def grouped_bars(name: str, title: str, bars: Sequence[Bar], ylabel: str,
     other loaders'; each bar labelled with its value, an interval drawn where known, busy-host bars hatched."""
     plt = _pyplot()
     groups = list(dict.fromkeys(b.group for b in bars))
-    loaders = list(dict.fromkeys(sorted((b.loader for b in bars), key=lambda l: (l != "cpu", l))))
+    loaders = list(dict.fromkeys(sorted((b.loader for b in bars), key=lambda name: (name != "cpu", name))))
     width = max(6.0, 1.0 + 0.55 * len(bars) + 0.6 * len(groups))
     fig, ax = plt.subplots(figsize=(min(width, 16.0), 4.6))
     x, ticks, labels, centres = 0.0, [], [], []
@@ -89,8 +89,8 @@ def grouped_bars(name: str, title: str, bars: Sequence[Bar], ylabel: str,
     ax.set_title(title)
     ax.set_ylim(bottom=0, top=max(b.high or b.value for b in bars) * 1.15 if bars else 1)
     ax.grid(axis="y", alpha=0.3)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=LOADER_COLOURS.get(l, "#8172b3")) for l in loaders]
-    names = [f"loader {l}" for l in loaders]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=LOADER_COLOURS.get(name, "#8172b3")) for name in loaders]
+    names = [f"loader {name}" for name in loaders]
     if any(b.flagged for b in bars):
         handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="black", hatch="//"))
         names.append("busy host while measured")

@@ -19,7 +19,6 @@ from typing import Any, Sequence
 
 from suite.analysis.compare import THROUGHPUT, Row, rows_from_mlflow, rows_from_results
 from suite.analysis.published import Alignment, align, load_reference, measured_table, reference_table
-from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.fileio import read_record_text
 
@@ -142,7 +141,7 @@ def from_folder(folder: Path, reference: str | None, audits: Sequence[Path] = ()
                 fingerprints[key] = str(manifest[key])
     content = _content(rows, str(folder), matrix.status, matrix.reason, matrix.command, matrix.tags, fingerprints,
                        reference)
-    content.unfinished = [f"{RunConfig.from_dict(r.config).describe()}: {r.status}: {r.reason}" for r in results
+    content.unfinished = [f"{r.config.describe()}: {r.status}: {r.reason}" for r in results
                           if r.status != FINISHED]
     content.dataset_warning = dataset_warning(differing_datasets(results))
     for audit in [*audits, *([folder / "audit.json"] if (folder / "audit.json").is_file() else [])]:

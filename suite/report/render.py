@@ -17,8 +17,8 @@ from suite.analysis.published import Alignment
 from suite.config import LABEL_AXES, param_text
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.report.charts import Bar, Chart, grouped_bars, memory_bars
-from suite.text import markdown_fence, markdown_literal, visible
 from suite.report.content import ReportContent
+from suite.text import markdown_fence, markdown_literal, visible
 
 MiB = 2**20
 

@@ -26,7 +26,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 from suite.config import RunConfig
 from suite.errors import RecordingError, ResultsFolderError
-from suite.events import LAUNCHED_AT_ENV, parse as parse_event
+from suite.events import LAUNCHED_AT_ENV
+from suite.events import parse as parse_event
 from suite.records.manifest import build_manifest
 from suite.records.results import FAILED, FINISHED, WORKER_NODE, RunResult
 from suite.records.store import ResultsStore, RunFiles
@@ -223,7 +224,7 @@ class Standby:
             raise ValueError(f"{config.config_id} runs under torchrun: it cannot be started ahead")
         self.config, self.memory_limit_bytes = config, memory_limit_bytes
         self._environment = _child_environment(config)
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the child; closed at hand-over/cancel
+        self._stderr = tempfile.TemporaryFile()  # handed to the child; closed at hand-over/cancel
         limit = _address_space_limit(memory_limit_bytes) if memory_limit_bytes else None
         self.launched_at = time.time()
         self.proc = subprocess.Popen(
@@ -299,7 +300,7 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
                                     "matrix_uid": store.matrix_info.uid}
         files.write(files.run_info, run_info)
         try:
-            log = open(files.log, "a", buffering=1)  # noqa: SIM115 - O_APPEND, shared with the child's stderr
+            log = open(files.log, "a", buffering=1)  # O_APPEND, shared with the child's stderr
         except OSError as exc:
             raise RecordingError(f"cannot write {files.log}: {exc.strerror or exc}") from exc
     except BaseException:
@@ -365,10 +366,10 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
             pass
     result = _validated(received, files) or _read_result(files)
     if result is None and returncode == 0 and config.nnodes > 1:  # global rank 0 ran on another node
-        result = RunResult(config=config.to_dict(), status=FINISHED, started_at=started, ended_at=time.time(),
+        result = RunResult(config=config, status=FINISHED, started_at=started, ended_at=time.time(),
                            facts={"node_role": WORKER_NODE, "recorded_by": "the node that held global rank 0"})
     if result is None and timed_out.is_set():
-        result = RunResult(config=config.to_dict(), status=FAILED, started_at=started, ended_at=time.time(),
+        result = RunResult(config=config, status=FAILED, started_at=started, ended_at=time.time(),
                            reason=f"timed out after {timeout_s:g} s (--timeout); the configuration and its loader "
                                   "workers were killed")
     if result is None:
@@ -377,7 +378,7 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
         reason = _exit_description(returncode) + (f"; last log line: {last}" if last else "")
         if config.nproc_per_node > 1 or config.nnodes > 1:
             reason = _torchrun_failure(_log_tail(files.log, 120)) or reason
-        result = RunResult(config=config.to_dict(), status=FAILED, reason=reason, started_at=started,
+        result = RunResult(config=config, status=FAILED, reason=reason, started_at=started,
                            ended_at=time.time())
     result.repeat, result.run_uid = repeat, run_uid
     if sink.error:

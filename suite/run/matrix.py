@@ -21,9 +21,9 @@ from typing import Callable, Sequence
 from suite.analysis.scoring import ConfigScore, score_repeats
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError, RecordingError, UnknownPluginError
+from suite.recorders.base import Recorder
 from suite.records.results import FAILED, FINISHED, KILLED, RunResult, differing_datasets
 from suite.records.store import ResultsStore
-from suite.recorders.base import Recorder
 from suite.registry import device_names, load_workload
 from suite.run.launch import Interrupted, NoProgress, Progress, Standby, can_start_ahead, launch
 from suite.trackers.setup import process_started_at
@@ -96,7 +96,7 @@ class RecorderSet:
         self._call(f"the start of {config.config_id}", lambda r: r.begin(config, repeat, run_uid))
 
     def end(self, result: RunResult) -> None:
-        config_id = RunConfig.from_dict(result.config).config_id
+        config_id = result.config.config_id
         self._call(f"the end of {config_id}", lambda r: r.end(result), result)
 
     def score(self, score: ConfigScore) -> None:
@@ -254,7 +254,7 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
                     outcome.status, outcome.reason = KILLED, "interrupted by the user"
                     completed = exc.result if isinstance(exc, Interrupted) else None
                     try:
-                        record(completed or RunResult(config=config.to_dict(), status=KILLED,
+                        record(completed or RunResult(config=config, status=KILLED,
                                                       reason="interrupted by the user", ended_at=time.time(),
                                                       repeat=repeat, run_uid=run_uid))
                     except _StopMatrix:
@@ -262,7 +262,7 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
                     raise
                 except RecordingError as exc:  # its run folder could not be written: it never ran
                     outcome.recording_error = str(exc)
-                    record(RunResult(config=config.to_dict(), status=FAILED, reason=f"not run: {exc}",
+                    record(RunResult(config=config, status=FAILED, reason=f"not run: {exc}",
                                      ended_at=time.time(), repeat=repeat, run_uid=run_uid))
                 repeats.append(result)
                 progress.config_ended(result)

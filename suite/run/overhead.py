@@ -172,8 +172,8 @@ def run_overhead(config: RunConfig, blocks: int, progress: Callable[[str], None]
     """Alternate bare and suite blocks of ``config.steps`` steps, ``blocks`` of each; JSON-ready figures."""
     from suite.events import emit
     from suite.records.mlperf_log import MlperfLog
-    from suite.run.steps import TrainingSteps, prepare_device
     from suite.registry import load_device, load_workload
+    from suite.run.steps import TrainingSteps, prepare_device
 
     adapter = load_device(config.device)()
     adapter.setup()

@@ -96,7 +96,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
 
     if config.batch_size is None:
         raise ValueError("execute() needs a resolved batch_size (see suite.run.matrix.resolve)")
-    result = RunResult(config=config.to_dict(), status=FAILED, started_at=time.time())
+    result = RunResult(config=config, status=FAILED, started_at=time.time())
     facts = result.facts
     facts["warmup_steps_excluded"] = config.warmup_steps
     facts["batch_size_used"] = None
@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         log.line(f"started ahead of its turn: imports took {clock.seconds['imports']:.1f} s before the hand-over")
     if leader:  # a manifest before the run: a disk that fills during it cannot take away what a re-run needs
         try:
-            files.write(files.manifest, build_manifest(RunResult(config=config.to_dict(), status="RUNNING"),
+            files.write(files.manifest, build_manifest(RunResult(config=config, status="RUNNING"),
                                                        info.get("command") or sys.argv, BEFORE_THE_RUN))
         except RecordingError as exc:
             log.line(f"could not write the manifest before the run ({exc}); the runner keeps one in its rescue")

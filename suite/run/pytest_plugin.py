@@ -54,13 +54,13 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 def run_benchmark(benchmark: Any, config: RunConfig) -> RunResult:
     """Run ``config`` (batch size resolved) in this process under ``benchmark.pedantic``."""
-    from suite.run.steps import TrainingSteps, prepare_device
     from suite.registry import load_device, load_workload
+    from suite.run.steps import TrainingSteps, prepare_device
     from suite.trackers.host_ram import HostRamSampler
 
     workload_cls = load_workload(config.workload)
     workload_cls.prepare(config)
-    result = RunResult(config=config.to_dict(), status=FINISHED, started_at=time.time())
+    result = RunResult(config=config, status=FINISHED, started_at=time.time())
     adapter = load_device(config.device)()
     workload = None
     try:

@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from suite.errors import ConfigError
 
+from workloads.bridgetower.data.catalog import open_source
 from workloads.bridgetower.data.pipelines import (
     PIPELINES,
     ImagePipeline,
@@ -35,7 +36,6 @@ from workloads.bridgetower.data.pipelines import (
     psnr_db,
 )
 from workloads.bridgetower.data.resample import resampler_name
-from workloads.bridgetower.data.catalog import open_source
 from workloads.bridgetower.preprocessing import CLIP_STD
 
 #: The closed pipeline's output must equal the reference's within this, after normalization.

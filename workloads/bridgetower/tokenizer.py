@@ -57,9 +57,10 @@ def load_pretrained_tokenizer(name_or_path: str, local_files_only: bool = False)
 
     try:
         return AutoTokenizer.from_pretrained(name_or_path, local_files_only=local_files_only)
-    except Exception as exc:  # noqa: BLE001 - re-raised with what to do
+    except Exception as exc:  # re-raised with what to do
         raise SuiteError(
-            f"cannot load the tokenizer of {name_or_path!r} ({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); "
+            f"cannot load the tokenizer of {name_or_path!r} "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); "
             "give --weights a local checkpoint folder that holds the tokenizer files, or run with network access"
         ) from exc
 

@@ -25,8 +25,7 @@ from workloads.bridgetower.data.sources import ImageCaptionSource
 from workloads.bridgetower.evaluation import embed_pairs, retrieval_recall
 from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD, preprocess_image
 from workloads.bridgetower.presets import PRESETS, PUBLISHED_RECIPE, BridgeTowerPreset
-from workloads.bridgetower.tokenizer import (resolve_tokenizer, stand_in_name, tokenize_captions,
-                                             tokenizer_fingerprint)
+from workloads.bridgetower.tokenizer import resolve_tokenizer, stand_in_name, tokenize_captions, tokenizer_fingerprint
 
 
 def decode_on_device(device: Any, encoded: list[bytes], names: list[str] | None, image_size: int,
@@ -49,7 +48,7 @@ def decode_on_device(device: Any, encoded: list[bytes], names: list[str] | None,
         return torch.stack(done.pixels), decoder, done.fallbacks
     except SuiteError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a decoder's error, re-raised naming what it was decoding
+    except Exception as exc:  # a decoder's error, re-raised naming what it was decoding
         names = list(names or [])
         culprit = exc.image_index if isinstance(exc, DecodeError) else None
         if culprit is not None and culprit < len(names):
@@ -79,7 +78,7 @@ def build_model(preset: BridgeTowerPreset, weights: str | None) -> Any:
     if weights:
         try:
             return BridgeTowerForContrastiveLearning.from_pretrained(weights)
-        except Exception as exc:  # noqa: BLE001 - re-raised with context
+        except Exception as exc:  # re-raised with context
             raise SuiteError(f"cannot load weights {weights!r}: {type(exc).__name__}: "
                              f"{' '.join(str(exc).split())[:300]}") from exc
     return BridgeTowerForContrastiveLearning(BridgeTowerConfig(**preset.model_config))
@@ -190,6 +189,7 @@ class BridgeTowerWorkload(Workload):
         device's decoder with its host fallback) on ``device``, beside the reference preprocessing of the same
         files (Pillow, resize, crop, normalize: the published method)."""
         from suite.imaging import decode_to_rgb_tensor
+
         from workloads.bridgetower.data.loader import collate
 
         source = cls._open(config)
@@ -242,8 +242,11 @@ class BridgeTowerWorkload(Workload):
     @classmethod
     def preload(cls) -> None:
         import transformers  # noqa: F401 - the model's code, the tokenizer's and the trainer's are what take long
-        from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning  # noqa: F401
-        from transformers import PreTrainedTokenizerFast  # noqa: F401
+        from transformers import (  # noqa: F401
+            BridgeTowerConfig,
+            BridgeTowerForContrastiveLearning,
+            PreTrainedTokenizerFast,
+        )
 
     def setup(self) -> None:
         preset, config, clock = self.preset, self.config, self.setup_clock

@@ -97,7 +97,7 @@ class CaptionedImages(Dataset):
             return item
         try:
             item["images"] = self.pipeline.worker_stage(data)
-        except Exception as exc:  # noqa: BLE001 - any decode failure names the file
+        except Exception as exc:  # any decode failure names the file
             raise DatasetError(f"cannot decode image {self.source.name_of(index)}: {exc}") from exc
         return item
 

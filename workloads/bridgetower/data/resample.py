@@ -4,7 +4,8 @@ The reference does ``F.interpolate(mode="bicubic", antialias=True)`` of the shor
 ``CenterCrop(size)`` and a per-channel affine normalization, in float32. The resize is linear and
 separable: each output pixel is a weighted sum of input pixels along one axis, then along the other, with
 torch's weights (Keys' cubic, a = -0.5, widened by the downscale factor, normalized per output pixel;
-:func:`filter_taps`; the bilinear triangle filter likewise, for the ``open`` pipeline). This module computes the same sums, differently scheduled:
+:func:`filter_taps`; the bilinear triangle filter likewise, for the ``open`` pipeline). This module computes the
+same sums, differently scheduled:
 
 * only the kept (cropped) pixels are computed, on both axes;
 * rows first, straight from the decoder's interleaved uint8 ``(H, W, 3)`` array, each output row a
@@ -27,7 +28,6 @@ import torch
 
 from workloads.bridgetower.data.host_memory import empty_on_huge_pages
 from workloads.bridgetower.preprocessing import center_crop_offsets, resize_and_center_crop, resized_hw
-
 
 MODES = ("bicubic", "bilinear")
 

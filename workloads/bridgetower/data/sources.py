@@ -310,7 +310,7 @@ class HubSource(ImageCaptionSource):
         self.image_column, self.caption_column = image_column, caption_column
         try:
             data = datasets.load_dataset(dataset_id, config_name, revision=revision, split=split)
-        except Exception as exc:  # noqa: BLE001 - network, auth, missing revision...
+        except Exception as exc:  # network, auth, missing revision...
             raise DatasetError(f"cannot load {dataset_id} ({config_name}@{revision}): "
                                f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from exc
         for column in (image_column, caption_column):

@@ -1,8 +1,8 @@
 """Finding unusable samples up front, for ``--skip-bad-samples``.
 
-Every image is read within the bounds (:mod:`.bounds`) and decoded once; the indices that fail (corrupt, truncated, not an image, missing) are
-left out of the dataset for every configuration alike, and their names and reasons are recorded. The
-scan is cached by the dataset's fingerprint, so the runner's check before the matrix and each run's
+Every image is read within the bounds (:mod:`.bounds`) and decoded once; the indices that fail (corrupt, truncated,
+not an image, missing) are left out of the dataset for every configuration alike, and their names and reasons are
+recorded. The scan is cached by the dataset's fingerprint, so the runner's check before the matrix and each run's
 set-up do the work once.
 """
 
