@@ -148,8 +148,11 @@ class DecodeBudget:
         limit, _ = resource.getrlimit(resource.RLIMIT_AS)
         if limit == resource.RLIM_INFINITY:
             return self
-        with open("/proc/self/status", encoding="ascii") as status:
-            mapped = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+        try:
+            with open("/proc/self/status", encoding="ascii") as status:
+                mapped = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+        except (OSError, StopIteration):  # no /proc (not Linux): the share alone, the limit still fails cleanly
+            return self
         return replace(self, address_space_left=max(0, limit - mapped))
 
     def describe(self) -> dict[str, int]:
