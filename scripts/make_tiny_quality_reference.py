@@ -52,7 +52,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default="1-8", help="seed range, e.g. 1-8")
     first, last = (int(x) for x in parser.parse_args().seeds.split("-"))
-    from suite.records.environment import package_versions
+    from suite.results.environment import package_versions
 
     with tempfile.TemporaryDirectory(prefix="tiny-quality-") as workdir:
         runs = []

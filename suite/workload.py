@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from suite.config import RunConfig
     from suite.devices.base import DeviceAdapter
-    from suite.trackers.setup import SetupClock
+    from suite.meters.setup import SetupClock
 
 
 @dataclass(frozen=True)
@@ -90,10 +90,10 @@ class Workload(ABC):
     @property
     def setup_clock(self) -> "SetupClock":
         """Where :meth:`setup` times its phases (``with self.setup_clock.phase("model"): ...``; see
-        :data:`suite.trackers.setup.SETUP_PHASES`); the runner records them as ``setup_<phase>_s``."""
+        :data:`suite.meters.setup.SETUP_PHASES`); the runner records them as ``setup_<phase>_s``."""
         clock = self.__dict__.get("_setup_clock")
         if clock is None:
-            from suite.trackers.setup import SetupClock
+            from suite.meters.setup import SetupClock
 
             clock = self.__dict__["_setup_clock"] = SetupClock()
         return clock

@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from suite.analysis.audit import FAIL, PASS, Record, audit_reference, check_loader, check_warmup_accounting
+from suite.audit.checks import FAIL, PASS
+from suite.audit.verdicts import Record
+from suite.audit.record_checks import audit_reference, check_loader, check_warmup_accounting
 from suite.cli import main
 from suite.analysis.published import align, load_reference, measured_table, ratios, reference_table
 from suite.errors import SuiteError
@@ -53,7 +55,7 @@ def test_published_ratios():
 
 def _row(throughput, runs=1, **fields):
     from suite.analysis.compare import rows_from_results
-    from suite.records.results import RunResult
+    from suite.results.record import RunResult
 
     config = {**dict(workload="bridgetower", preset="large", device="h100", loader="cpu", precision="bf16",
                      engine="hf-trainer", num_workers=0, batch_size=48), **fields}
@@ -100,7 +102,7 @@ def test_unknown_reference_lists_the_available_ones():
 
 def _result(losses, throughput=100.0, device_name="cpu-x", status="FINISHED"):
     """A run of 30 steady steps at ``throughput`` (batch 8), measured on a quiet machine."""
-    from suite.records.results import RunResult
+    from suite.results.record import RunResult
 
     config = dict(workload="w", preset="p", device="cpu", num_workers=0, loader="cpu", precision="fp32", steps=2,
                   warmup_steps=0, seed=1, batch_size=8, dataset=None, weights=None)
@@ -121,7 +123,7 @@ def _verdicts(checks):
 
 
 def test_rerun_comparison_rules():
-    from suite.analysis.audit import compare_rerun
+    from suite.audit.rerun import compare_rerun
 
     same = compare_rerun(_result([1.0, 0.5]), MANIFEST, _result([1.0, 0.5], 105.0), MANIFEST, 0.1, 1e-2)
     assert _verdicts(same) == {"rerun": PASS, "inputs": PASS, "loss_digest": PASS, "throughput": PASS}
@@ -139,7 +141,8 @@ def test_rerun_comparison_rules():
 
 
 def test_recorded_repeats_are_read_and_drift_is_a_warning():
-    from suite.analysis.audit import WARN, environment_check, recorded_repeats
+    from suite.audit.verdicts import WARN
+    from suite.audit.rerun import environment_check, recorded_repeats
 
     scores = [{"config_id": "c", "throughput_values": [100.0, 90.0, float("nan")]}]
     assert recorded_repeats("c", scores) == [100.0, 90.0] and recorded_repeats("other", scores) is None

@@ -18,12 +18,14 @@ import time
 import numpy as np
 import pytest
 
-from suite.analysis.audit import (FAIL, INCONCLUSIVE, PASS, AuditReport, Check, check_record_consistency,
-                                  log_audit_to_mlflow, throughput_check)
+from suite.audit.checks import FAIL, INCONCLUSIVE, PASS, log_audit_to_mlflow
+from suite.audit.verdicts import AuditReport, Check
+from suite.audit.record_checks import check_record_consistency
+from suite.audit.rerun import throughput_check
 from suite.analysis.equivalence import SeriesModel, calibrate, ratio_test
 from suite.cli import main
 from suite.config import RunConfig
-from suite.records.results import FINISHED, RunResult, StepStats
+from suite.results.record import FINISHED, RunResult, StepStats
 
 from conftest import run_file, runs_of
 
@@ -138,7 +140,7 @@ def test_the_calibration_at_a_small_scale_keeps_both_error_rates_at_or_under_fiv
 # --- three outcomes: exit status and MLflow --------------------------------------------------------------------
 @pytest.mark.mechanics
 def test_the_audit_verdict_has_three_outcomes_and_an_exit_status_each(tmp_path):
-    from suite.recorders import MlflowGateway
+    from suite.tracking.mlflow_gateway import MlflowGateway
 
     report = AuditReport("t", [Check("c", "record", PASS, ""), Check("c", "throughput", INCONCLUSIVE, "busy")])
     assert (report.verdict, report.passed, report.exit_status) == (INCONCLUSIVE, False, 3)

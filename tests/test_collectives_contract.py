@@ -16,8 +16,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from suite.config import RunConfig
-from suite.records.mlperf_log import MlperfLog
-from suite.records.results import RunResult
+from suite.results.mlperf_log import MlperfLog
+from suite.results.record import RunResult
 from suite.run.quality import QualityTracker
 from suite.run.ranks import HostGroup, aggregate_ranks
 

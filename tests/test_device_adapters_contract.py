@@ -480,7 +480,7 @@ def test_the_cpu_matrix_counts_model_flops_without_a_peak(tmp_path):
 
 @pytest.mark.hardware_contract
 def test_the_accelerator_environment_holds_the_variables_devices_and_versions_that_change_results():
-    from suite.records.environment import accelerator_environment
+    from suite.results.environment import accelerator_environment
 
     environ = {"PT_HPU_LAZY_MODE": "0", "PT_HPU_MAX_COMPOUND_OP_SIZE": "512", "HABANA_VISIBLE_MODULES": "3,5",
                "HCCL_COMM_ID": "127.0.0.1:5555", "NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "1",

@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from suite.cli import main
 from suite.config import RunConfig
-from suite.recorders.metric_names import mlflow_name
+from suite.tracking.metric_names import mlflow_name
 
 from conftest import run_file, runs_of
 
@@ -96,7 +96,7 @@ def test_set_up_is_measured_per_phase_and_the_processes_started_ahead(matrix_run
     """Every phase before the first step is a setup_*_s metric; both configurations ran in processes started ahead of
     their turn (their imports are recorded, not on the first-step path); the matrix says how much of its wall time
     was inside warm-up + measured windows, in matrix.json and on the MLflow matrix run."""
-    from suite.trackers.setup import SETUP_PHASES, metric_name
+    from suite.meters.setup import SETUP_PHASES, metric_name
 
     _, results, client, tmp = matrix_run
     for r in results:
@@ -128,7 +128,7 @@ def test_losses_identical_across_worker_counts(matrix_run):
 
 
 def test_mlperf_logs_pass_the_compliance_checker(matrix_run):
-    from suite.records.mlperf_log import check_compliance
+    from suite.results.mlperf_log import check_compliance
 
     _, results, _, tmp = matrix_run
     for r in results:
@@ -137,7 +137,7 @@ def test_mlperf_logs_pass_the_compliance_checker(matrix_run):
 
 
 def test_manifest_records_what_ran(matrix_run):
-    from suite.records.manifest import config_from_manifest, load_manifest
+    from suite.results.manifest import config_from_manifest, load_manifest
 
     _, results, _, tmp = matrix_run
     for r in results:
@@ -452,7 +452,7 @@ def test_compare_over_mlflow_writes_plots_and_logs_them_only_when_asked(matrix_r
 
 
 def test_two_ranks_with_gloo_record_one_aggregated_run(tmp_path):
-    from suite.records.mlperf_log import check_compliance
+    from suite.results.mlperf_log import check_compliance
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     code = main(["run", "--nproc-per-node", "2", "--workers", "0", "--steps", "3", "--warmup-steps", "1",

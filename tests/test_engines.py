@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 from suite.cli import main
 from suite.config import MatrixSpec
 from suite.errors import ConfigError
-from suite.recorders.metric_names import suite_metrics
+from suite.tracking.metric_names import suite_metrics
 
 from conftest import run_file, runs_of
 
@@ -38,7 +38,7 @@ def test_both_engines_run_side_by_side_with_the_trainers_own_figure(tmp_path, ca
     # what ran, observed: the trainer's own DataLoader and the reference pipeline that made its batches
     facts = trainer_run["facts"]
     assert (facts["loader_used"], facts["num_workers_used"], facts["prefetch_factor_used"]) == ("cpu", 0, None)
-    from suite.records.mlperf_log import check_stock_common
+    from suite.results.mlperf_log import check_stock_common
 
     for run in (suite_run, trainer_run):  # MLCommons' stock common.yaml, for both engines (issue 13)
         stock = check_stock_common(run_file(tmp_path / "out", run, "mlperf.log"))

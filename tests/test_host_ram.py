@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from suite.trackers.host_ram import TREE_REFRESH_MAX_S, TREE_REFRESH_S, HostRamSampler, sample_tree
+from suite.meters.host_ram import TREE_REFRESH_MAX_S, TREE_REFRESH_S, HostRamSampler, sample_tree
 
 pytestmark = pytest.mark.mechanics
 

@@ -17,7 +17,7 @@ import torch
 
 from suite.cli import main
 from suite.errors import DatasetError
-from suite.trackers.host_ram import HostRamSampler
+from suite.meters.host_ram import HostRamSampler
 from workloads.bridgetower.data.bounds import ImageBounds
 from workloads.bridgetower.data.loader import CaptionedImages, endless, make_loader
 from workloads.bridgetower.data.sources import ImageFolderSource, read_regular_file

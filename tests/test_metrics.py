@@ -8,8 +8,8 @@ import pytest
 from suite.config import RunConfig
 from suite.devices.cpu import CPUAdapter
 from suite.run.process import _train
-from suite.records.results import RunResult, StepStats
-from suite.trackers.timing import StepTimer, StepTiming
+from suite.results.record import RunResult, StepStats
+from suite.meters.timing import StepTimer, StepTiming
 from suite.workload import Workload
 
 pytestmark = pytest.mark.mechanics  # nothing here depends on the transformers line
@@ -126,7 +126,7 @@ def test_batch_size_mismatch_is_a_failure():
 
 
 def test_loss_digest_is_exact_and_round_trips():
-    from suite.records.results import loss_digest
+    from suite.results.record import loss_digest
 
     losses = [2.1, 2.0999999999999996, float.fromhex("0x1.0cccccp+1")]
     assert loss_digest(losses) != loss_digest([2.1, 2.1, losses[2]])  # one ulp apart is a different trajectory

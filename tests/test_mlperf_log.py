@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from suite.records.mlperf_log import RULESET, MlperfLog, check_compliance
+from suite.results.mlperf_log import RULESET, MlperfLog, check_compliance
 
 pytestmark = pytest.mark.mechanics
 

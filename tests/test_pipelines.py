@@ -167,7 +167,7 @@ def test_the_per_worker_measure_runs_in_a_worker_that_sigterm_ends_quietly(jpegs
     tracebacks on most runs (exit 0). The worker now has the default action."""
     import signal
 
-    from suite.cli import _raise_terminated
+    from suite.cli.main import _raise_terminated
     from workloads.bridgetower import bench_loader
     from workloads.bridgetower.data.pipelines import PIPELINES
 

@@ -59,6 +59,6 @@ def test_cpu_path_needs_no_optional_package():
         "from suite.registry import load_device, load_workload\n"
         "load_device('cpu'); load_workload('bridgetower')\n"
         "import workloads.bridgetower.workload, suite.run.matrix, suite.run.process, suite.run.launch, suite.cli\n"
-        "import suite.recorders.upload, suite.analysis.audit, suite.analysis.compare\n"
+        "import suite.tracking.upload, suite.audit.checks, suite.analysis.compare\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

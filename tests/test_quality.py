@@ -16,10 +16,10 @@ import torch
 from suite.cli import main
 from suite.config import RunConfig
 from suite.errors import ConfigError
-from suite.records.mlperf_log import check_compliance, check_stock_common
-from suite.records.results import bootstrap_throughput_ci
+from suite.results.mlperf_log import check_compliance, check_stock_common
+from suite.results.record import bootstrap_throughput_ci
 from suite.run.process import execute
-from suite.trackers.contention import ContentionMeter
+from suite.meters.contention import ContentionMeter
 from workloads.bridgetower.data.synthetic import ensure_synthetic
 from workloads.bridgetower.evaluation import held_out_indices, retrieval_recall
 from workloads.bridgetower.workload import BridgeTowerWorkload

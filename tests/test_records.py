@@ -19,9 +19,9 @@ import pytest
 from suite.cli import main
 from suite.config import RunConfig, param_text
 from suite.errors import ResultsFolderError
-from suite.records.results import FAILED, FINISHED, KILLED, RunResult
-from suite.records.store import MatrixInfo, ResultsStore
-from suite.recorders.base import Recorder
+from suite.results.record import FAILED, FINISHED, KILLED, RunResult
+from suite.results.store import MatrixInfo, ResultsStore
+from suite.tracking.base import Recorder
 
 pytestmark = pytest.mark.mechanics
 
@@ -143,7 +143,7 @@ def test_an_output_that_cannot_be_a_folder_is_one_line(tmp_path, make, message):
 
 
 def test_paths_inside_the_folder_are_relative_and_a_copied_folder_reads_its_own_manifest(tmp_path):
-    from suite.records.store import RunFiles
+    from suite.results.store import RunFiles
 
     store = ResultsStore.create(tmp_path / "a", _matrix())
     files = store.run_files("r1")
@@ -206,9 +206,9 @@ def test_a_manifest_that_is_a_list_is_a_one_line_error(tmp_path, capsys):
 
 # --- MLflow gateway (defect 4 and tag names) -------------------------------------------------------------------
 def test_mlflow_searches_read_every_page(tmp_path, monkeypatch):
-    from suite.analysis.compare import rows_from_mlflow
-    from suite.recorders import mlflow_gateway
-    from suite.recorders.mlflow_gateway import MlflowGateway
+    from suite.tracking.reading import rows_from_mlflow
+    from suite.tracking import mlflow_gateway
+    from suite.tracking.mlflow_gateway import MlflowGateway
 
     gateway = MlflowGateway(f"sqlite:///{tmp_path}/m.db")
     experiment = gateway.experiment_id("bridgetower")
@@ -226,14 +226,14 @@ def test_mlflow_searches_read_every_page(tmp_path, monkeypatch):
 def test_the_gateway_uses_mlflows_own_tag_names():
     from mlflow.utils import mlflow_tags
 
-    from suite.recorders import mlflow_gateway
+    from suite.tracking import mlflow_gateway
 
     assert mlflow_gateway.PARENT_RUN_ID == mlflow_tags.MLFLOW_PARENT_RUN_ID
     assert mlflow_gateway.RUN_NOTE == mlflow_tags.MLFLOW_RUN_NOTE
 
 
 def _create_experiment(uri, barrier, results):
-    from suite.recorders.mlflow_gateway import MlflowGateway
+    from suite.tracking.mlflow_gateway import MlflowGateway
 
     barrier.wait(60)
     try:
@@ -261,7 +261,8 @@ def test_two_processes_creating_a_fresh_sqlite_store_both_succeed(tmp_path):
 
 # --- the audit checks observations (defect 5) ------------------------------------------------------------------
 def test_the_audit_compares_the_manifest_config_with_results_json():
-    from suite.analysis.audit import FAIL, PASS, check_config
+    from suite.audit.checks import FAIL, PASS
+    from suite.audit.record_checks import check_config
 
     manifest = {"config": {**BASE.to_dict(), "num_workers": 1, "prefetch_factor": 4}}
     check = check_config("c", BASE.to_dict(), manifest)
@@ -273,7 +274,8 @@ def test_the_audit_compares_the_manifest_config_with_results_json():
 
 def test_the_loader_facts_come_from_what_ran_not_from_the_config(monkeypatch):
     """A cpu-fast configuration whose pipeline is (wrongly) the reference one is caught by the audit."""
-    from suite.analysis.audit import FAIL, PASS, check_loader, record_of
+    from suite.audit.checks import FAIL, PASS
+    from suite.audit.record_checks import check_loader, record_of
     from suite.run.process import execute
     from workloads.bridgetower.data import loader
     from workloads.bridgetower.data.pipelines import ReferencePipeline
@@ -316,7 +318,7 @@ class _ListRecorder(Recorder):
 
 
 def test_a_results_folder_that_stops_taking_writes_keeps_the_run_and_stops_the_matrix(tmp_path, monkeypatch):
-    from suite.records import store as store_module
+    from suite.results import store as store_module
     from suite.run import matrix
 
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
@@ -352,7 +354,7 @@ def test_a_results_folder_that_stops_taking_writes_keeps_the_run_and_stops_the_m
     assert outcome.rescue_file.parent == tmp_path / "tmp"
     assert [r["status"] for r in rescued["runs"]] == [FINISHED] and rescued["matrix"]["status"] == FAILED
     monkeypatch.setattr(store_module, "write_json_atomic", real_write)  # space freed: recover from the rescue file
-    from suite.recorders.upload import repair
+    from suite.tracking.upload import repair
 
     with ResultsStore.reopen(tmp_path / "out") as reopened:
         notes, _ = repair(reopened, outcome.rescue_file)
@@ -364,12 +366,12 @@ def test_a_results_folder_that_stops_taking_writes_keeps_the_run_and_stops_the_m
 
 def test_a_killed_runner_is_told_apart_from_a_running_one(tmp_path):
     """matrix.json RUNNING with nobody holding the lock: the runner is gone; recover says KILLED."""
-    from suite.recorders.upload import repair
+    from suite.tracking.upload import repair
 
     store = ResultsStore.create(tmp_path / "out", _matrix())
     assert not store.in_use()  # the holder itself
     store.release()
-    code = "from suite.records.store import ResultsStore; import time; s = ResultsStore.reopen({!r}); time.sleep(30)"
+    code = "from suite.results.store import ResultsStore; import time; s = ResultsStore.reopen({!r}); time.sleep(30)"
     holder = subprocess.Popen([sys.executable, "-c", code.format(str(tmp_path / "out"))])
     try:
         deadline = time.time() + 60

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from suite.config import RunConfig
-from suite.records.environment import package_versions
+from suite.results.environment import package_versions
 
 from conftest import run_configuration_process
 

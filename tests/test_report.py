@@ -15,9 +15,9 @@ from suite.analysis.compare import rows_from_results
 from suite.analysis.published import align, load_reference, measured_table, reference_table
 from suite.cli import main
 from suite.config import RunConfig, short_labels
-from suite.records.results import FAILED, FINISHED, RunResult
-from suite.records.store import MatrixInfo, ResultsStore
-from suite.recorders.metric_names import mlflow_metrics, mlflow_name, suite_metrics, suite_name
+from suite.results.record import FAILED, FINISHED, RunResult
+from suite.results.store import MatrixInfo, ResultsStore
+from suite.tracking.metric_names import mlflow_metrics, mlflow_name, suite_metrics, suite_name
 from suite.report import write_report
 from suite.report.browser import find_chromium, rendered_dom, screenshot
 from suite.report.charts import LOADER_COLOURS
@@ -287,7 +287,7 @@ def test_hostile_names_stay_text_in_every_markdown_sink_in_a_real_browser(tmp_pa
     paths; through a Markdown renderer, <img src=x onerror=...> ran in Chromium. Every Markdown sink now writes
     data as literal text: the DOM holds no such element, and the name reads as it is."""
     _chromium_or_skip()
-    from suite.recorders.mlflow_recorder import _run_note
+    from suite.tracking.mlflow_recorder import _run_note
 
     folder = _folder(tmp_path)
     store = ResultsStore.reopen(folder)
@@ -310,7 +310,7 @@ def test_hostile_names_stay_text_in_every_markdown_sink_in_a_real_browser(tmp_pa
 def test_runs_that_read_different_data_are_flagged_in_compare_and_the_report(tmp_path, capsys):
     """Issue 27, point 12: a dataset file replaced mid-matrix gave configurations different dataset fingerprints and
     neither run, compare nor the report said so."""
-    from suite.records.results import dataset_warning, differing_datasets
+    from suite.results.record import dataset_warning, differing_datasets
 
     store = ResultsStore.create(tmp_path / "out", MatrixInfo(name="m", workload="bridgetower", command=["suite"]))
     results = []

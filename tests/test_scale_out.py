@@ -13,10 +13,10 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from suite.analysis.compare import rows_from_mlflow
+from suite.tracking.reading import rows_from_mlflow
 from suite.cli import main
 from suite.config import MatrixSpec, RunConfig
-from suite.recorders import MlflowGateway
+from suite.tracking.mlflow_gateway import MlflowGateway
 from suite.run.matrix import shard_of
 
 from conftest import free_port, runs_of, start_mlflow_server, stop_server
@@ -226,7 +226,7 @@ def test_a_stopped_database_server_is_one_line_within_seconds(tmp_path, postgres
     import psutil
 
     from suite.cli import main
-    from suite.recorders import mlflow_gateway
+    from suite.tracking import mlflow_gateway
 
     monkeypatch.setattr(mlflow_gateway, "DATABASE_ANSWER_S", 3.0)
     port = int(postgres.rsplit(":", 1)[1].split("/")[0])

@@ -1,7 +1,7 @@
 import pytest
 
 from suite.config import RunConfig
-from suite.records.results import RunResult
+from suite.results.record import RunResult
 from suite.analysis.scoring import score_repeats
 
 pytestmark = pytest.mark.mechanics

@@ -12,10 +12,10 @@ import psutil
 import pytest
 
 from suite.config import RunConfig
-from suite.records.results import FINISHED
-from suite.records.store import MatrixInfo, ResultsStore
+from suite.results.record import FINISHED
+from suite.results.store import MatrixInfo, ResultsStore
 from suite.run.launch import Standby, launch
-from suite.trackers.setup import SETUP_PHASES, SetupClock, metric_name
+from suite.meters.setup import SETUP_PHASES, SetupClock, metric_name
 
 from workloads.bridgetower.data.sources import ImageFolderSource
 from workloads.bridgetower.data.synthetic import ensure_synthetic
@@ -195,8 +195,8 @@ def test_no_process_is_left_behind_when_the_matrix_is_refused(tmp_path, capsys):
 
 
 def test_the_progress_line_names_the_first_step_latency_and_its_largest_phases():
-    from suite.cli.display import setup_text, timing_line
-    from suite.records.results import RunResult
+    from suite.analysis.summary import setup_text, timing_line
+    from suite.results.record import RunResult
 
     metrics = {"setup_imports_s": 6.0, "setup_model_s": 0.4, "setup_tokenization_s": 0.2, "setup_device_s": 0.01,
                "setup_first_step_s": 0.9}

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from suite.recorders.system_metrics import HPUMonitor, hpu_monitor
+from suite.tracking.system_metrics import HPUMonitor, hpu_monitor
 
 from standins import libhlml as libhlml_standin
 
@@ -73,8 +73,8 @@ def test_the_system_metrics_loop_reads_no_run_back_and_writes_every_sample(tmp_p
 
     from mlflow.tracking import MlflowClient
 
-    from suite.recorders import system_metrics
-    from suite.recorders.mlflow_gateway import MlflowGateway
+    from suite.tracking import system_metrics
+    from suite.tracking.mlflow_gateway import MlflowGateway
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     gateway = MlflowGateway(uri)

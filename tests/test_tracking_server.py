@@ -127,7 +127,7 @@ def test_a_database_store_that_stops_answering_mid_matrix_costs_its_deadline_and
 def test_a_call_past_its_deadline_gives_the_store_up_and_later_calls_fail_at_once(tmp_path, monkeypatch):
     """The gateway's deadline without a server: a stand-in for ``MlflowClient.search_experiments`` that never
     returns (as a stopped database's client library does)."""
-    from suite.recorders.mlflow_gateway import MlflowGateway, TrackingStalled
+    from suite.tracking.mlflow_gateway import MlflowGateway, TrackingStalled
 
     monkeypatch.setenv("SUITE_TRACKING_DEADLINE_S", "0.5")
     gateway = MlflowGateway(f"sqlite:///{tmp_path}/m.db")
@@ -147,7 +147,7 @@ def test_a_call_past_its_deadline_gives_the_store_up_and_later_calls_fail_at_onc
 @pytest.mark.parametrize("value", ["x", "0", "inf", "-3"])
 def test_a_deadline_that_is_not_a_positive_number_is_refused(tmp_path, monkeypatch, value):
     from suite.errors import SuiteError
-    from suite.recorders.mlflow_gateway import MlflowGateway
+    from suite.tracking.mlflow_gateway import MlflowGateway
 
     monkeypatch.setenv("SUITE_TRACKING_DEADLINE_S", value)
     with pytest.raises(SuiteError, match="SUITE_TRACKING_DEADLINE_S must be"):

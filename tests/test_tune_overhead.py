@@ -11,8 +11,8 @@ from mlflow.tracking import MlflowClient
 from suite.cli import main
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError
-from suite.records.results import FAILED, FINISHED, RunResult
-from suite.trackers.host_ram import HostRamSampler
+from suite.results.record import FAILED, FINISHED, RunResult
+from suite.meters.host_ram import HostRamSampler
 from suite.analysis.tune import analyse, sweep_configs
 
 from conftest import runs_of

@@ -1,6 +1,6 @@
 """Configurations side by side: one row per configuration id, with speed-ups against a baseline.
 
-Rows come from a results folder, an MLflow matrix run, a whole experiment, or an MLflow filter string. A row is
+Rows come from a results folder (here) or from MLflow (:func:`suite.tracking.reading.rows_from_mlflow`). A row is
 keyed by :attr:`suite.config.RunConfig.config_id` and nothing else, so configurations that differ in any field
 (engine, prefetch factor, processes, batch size, seed, dataset...) are never merged. Several finished runs of
 one configuration (repeats, or the same configuration in several matrices) make one row: throughput is their
@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 from suite.analysis.scoring import score_values
 from suite.config import RunConfig
 from suite.errors import SuiteError
-from suite.records.results import FINISHED, RunResult, bootstrap_mean_ci
+from suite.results.record import FINISHED, RunResult, bootstrap_mean_ci
 
 THROUGHPUT = "throughput_samples_per_s"
 
@@ -42,8 +42,8 @@ class Row:
 
     @property
     def contended(self) -> bool:
-        """Other work used the machine during its measured windows (see suite.trackers.contention)."""
-        from suite.trackers.contention import is_contended
+        """Other work used the machine during its measured windows (see suite.meters.contention)."""
+        from suite.meters.contention import is_contended
 
         return is_contended(self.metrics.get("contention_others_cpu_share", 0.0),
                             self.metrics.get("contention_steal_share", 0.0))
@@ -57,7 +57,9 @@ class Row:
 
 
 @dataclass
-class _Group:
+class RowGroup:
+    """The runs of one configuration id, gathered before they become a :class:`Row`."""
+
     config: RunConfig
     metrics: list[dict[str, float]] = field(default_factory=list)
     run_ids: list[str] = field(default_factory=list)
@@ -71,7 +73,8 @@ def _sort_key(row: Row) -> tuple[Any, ...]:
             c.nproc_per_node, c.batch_size or 0, c.num_workers, row.config_id)
 
 
-def _rows(groups: Iterable[_Group]) -> list[Row]:
+def rows_of(groups: Iterable[RowGroup]) -> list[Row]:
+    """One row per group with at least one finished run, sorted by the configuration's axes."""
     rows = []
     for group in groups:
         if not group.metrics:
@@ -97,73 +100,17 @@ def _rows(groups: Iterable[_Group]) -> list[Row]:
 
 def rows_from_results(results: Sequence[RunResult]) -> list[Row]:
     """One row per configuration id of a results folder's runs."""
-    groups: dict[str, _Group] = {}
+    groups: dict[str, RowGroup] = {}
     for result in results:
         config = result.config
-        group = groups.setdefault(config.config_id, _Group(config))
+        group = groups.setdefault(config.config_id, RowGroup(config))
         if result.status != FINISHED or THROUGHPUT not in result.metrics:
             group.unfinished += 1
             continue
         group.metrics.append(dict(result.metrics))
         if result.mlflow_run_id:
             group.run_ids.append(result.mlflow_run_id)
-    return _rows(groups.values())
-
-
-def rows_from_mlflow(gateway: Any, run_id: str | None = None, experiment: str | None = None,
-                     filter_string: str | None = None) -> list[Row]:
-    """One row per configuration id over the measured runs (one per configuration run, repeats included) of a
-    matrix run, an experiment, or matching a filter string; every page of results is read."""
-    from suite.recorders import mlflow_gateway as tags
-    from suite.recorders.metric_names import suite_metrics
-
-    clauses = [f"tags.`{tags.ROLE}` != 'matrix'", f"tags.`{tags.ROLE}` != 'audit'"]
-    if run_id:
-        matrix = gateway.get_run(run_id)
-        experiment_ids = [matrix.info.experiment_id]
-        uid = matrix.data.tags.get(tags.MATRIX_UID)
-        if matrix.data.tags.get(tags.ROLE) != "matrix" or not uid:
-            raise SuiteError(f"MLflow run {run_id} is not a matrix run of this suite")
-        matrix_id = matrix.data.tags.get(tags.MATRIX_ID)  # a shard: every shard of its matrix
-        clauses.append(f"tags.`{tags.MATRIX_ID}` = '{matrix_id}'" if matrix_id
-                       else f"tags.`{tags.MATRIX_UID}` = '{uid}'")
-    elif experiment:
-        found = gateway.experiment_id(experiment, create=False)
-        if found is None:
-            raise SuiteError(f"no MLflow experiment {experiment!r} at {gateway.tracking_uri}")
-        experiment_ids = [found]
-    else:
-        experiment_ids = gateway.all_experiment_ids()
-    if filter_string:
-        clauses.append(f"({filter_string})" if " or " in filter_string.lower() else filter_string)
-    groups: dict[str, _Group] = {}
-    for run in gateway.search_runs(experiment_ids, " and ".join(clauses)):
-        if tags.RUN_UID not in run.data.tags:  # a configuration run that holds the score of its repeats
-            continue
-        try:
-            config = RunConfig.from_params(run.data.params)
-        except SuiteError as exc:
-            raise SuiteError(f"MLflow run {run.info.run_id}: {exc}") from None
-        group = groups.setdefault(config.config_id, _Group(config))
-        metrics = suite_metrics(run.data.metrics)
-        if run.info.status != FINISHED or THROUGHPUT not in metrics:
-            group.unfinished += 1
-            continue
-        group.metrics.append(metrics)
-        group.run_ids.append(run.info.run_id)
-        parent = _matrix_run_of(gateway, run)
-        if parent:
-            group.parents.append(parent)
-    return _rows(groups.values())
-
-
-def _matrix_run_of(gateway: Any, run: Any) -> str | None:
-    from suite.recorders import mlflow_gateway as tags
-
-    parent = run.data.tags.get(tags.PARENT_RUN_ID)
-    if run.data.tags.get(tags.ROLE) == "repeat" and parent:  # repeat -> configuration -> matrix
-        parent = gateway.get_run(parent).data.tags.get(tags.PARENT_RUN_ID)
-    return parent
+    return rows_of(groups.values())
 
 
 def pick_baseline(rows: Sequence[Row], baseline: str | None = None) -> Row:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from suite.config import RunConfig
-from suite.records.results import FAILED, FINISHED, RunResult
+from suite.results.record import FAILED, FINISHED, RunResult
 
 METRIC = "throughput_samples_per_s"
 

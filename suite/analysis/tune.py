@@ -13,7 +13,6 @@ A contended point is never found equivalent. It plots the sweep.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -22,7 +21,7 @@ from suite.analysis.equivalence import INCONCLUSIVE, PASS, ratio_test
 from suite.analysis.plots import finish_workers_axis
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError
-from suite.records.results import FINISHED, RunResult
+from suite.results.record import FINISHED, RunResult
 
 MiB = 2**20
 
@@ -153,25 +152,3 @@ def plot(outcome: TuneOutcome, path: Path, title: str) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
-
-
-def log_to_mlflow(gateway: Any, run_id: str, outcome: TuneOutcome, files: Sequence[Path]) -> None:
-    """The sweep as metrics over num_workers (one series per prefetch factor), the pick as tags."""
-    now_ms = int(time.time() * 1000)
-    metrics = []
-    for point in outcome.points:
-        if point.status != FINISHED:
-            continue
-        suffix = "workers0" if point.prefetch_factor is None else f"pf{point.prefetch_factor}"
-        for name in ("throughput_samples_per_s", "host_ram_peak_pss_bytes", "data_wait_fraction"):
-            value = getattr(point, name)
-            if value is not None:
-                metrics.append((f"tune.{name}.{suffix}", float(value), now_ms, point.num_workers))
-    pick = outcome.recommended
-    gateway.log(run_id, metrics=metrics, tags={
-        "suite.tune.recommended_num_workers": pick.num_workers,
-        "suite.tune.recommended_prefetch_factor": pick.prefetch_factor,
-        "suite.tune.best_num_workers": outcome.best.num_workers,
-        "suite.tune.tolerance": outcome.tolerance})
-    for path in files:
-        gateway.log_artifact(run_id, path, artifact_path="tune")

@@ -7,72 +7,11 @@ recorded matrix and checks it; ``suite compare`` sets configurations side by sid
 ``suite report`` writes one shareable page of a matrix; ``suite recover`` / ``suite upload`` finish what a crash
 left and record a folder into MLflow.
 
-Commands live in :mod:`.measure` (run, tune, bench-loader, bench-overhead), :mod:`.records` (audit, compare,
-report, upload, recover) and :mod:`.inspect` (list, devices); shared options in :mod:`.options`, what is shown in
-:mod:`.display`. Each subparser names its handler with ``set_defaults(func=...)``.
+The parser and the entry point live in :mod:`.main`; commands in :mod:`.measure` (run, tune, bench-loader,
+bench-overhead), :mod:`.records` (audit, compare, report, upload, recover) and :mod:`.inspect` (list, devices);
+shared options in :mod:`.options`, what is shown in :mod:`.display`.
 """
 
-from __future__ import annotations
+from suite.cli.main import build_parser, main
 
-import argparse
-import signal
-import sys
-from typing import Sequence
-
-from suite.errors import SuiteError
-from suite.text import visible
-
-
-def build_parser(suppress_defaults_of: str | None = None) -> argparse.ArgumentParser:
-    """The CLI parser; ``suppress_defaults_of`` leaves out that subcommand's options not given (to merge the
-    given ones over a config file)."""
-    from suite.cli import inspect, measure, records
-
-    parser = argparse.ArgumentParser(prog="suite", description=__doc__.split("\n\n")[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    measure.add_parsers(sub)
-    records.add_parsers(sub)
-    inspect.add_parsers(sub)
-    if suppress_defaults_of is not None:
-        for action in sub.choices[suppress_defaults_of]._actions:  # no public accessor
-            action.default = argparse.SUPPRESS
-    return parser
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C: the running configuration is recorded as KILLED."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    import time
-
-    # where a matrix's wall time starts: this process's start when `suite` is the program, else this call
-    started_at = time.time()
-    if argv is None:
-        from suite.trackers.setup import process_started_at
-
-        started_at = process_started_at()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    args.started_at = started_at
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        return args.func(args, argv)
-    except SuiteError as exc:
-        print(f"suite: error: {visible(exc)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as exc:
-        print("suite: interrupted; every ended configuration and the interrupted one are in results.json "
-              "and MLflow", file=sys.stderr)
-        cause: BaseException | None = exc
-        while cause is not None and not isinstance(cause, Terminated):  # launch wraps it to carry a result
-            cause = cause.__cause__
-        return 143 if cause is not None else 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+__all__ = ["build_parser", "main"]

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from suite.cli import options
+import suite.cli.options as options
+from suite.analysis.summary import timing_line
 from suite.cli.display import (
     PlainProgress,
     RichProgress,
@@ -18,12 +19,11 @@ from suite.cli.display import (
     print_scores_table,
     print_tune_table,
     stamp,
-    timing_line,
 )
 from suite.config import FILE_RUN_OPTIONS, TOKENIZER_MODES, MatrixSpec, RunConfig, load_config_file, param_text
 from suite.errors import ConfigError, SuiteError
 from suite.fileio import write_json_atomic
-from suite.records.results import FINISHED, dataset_warning
+from suite.results.record import FINISHED, dataset_warning
 from suite.text import visible
 
 
@@ -171,9 +171,12 @@ def merge_config_file(args: argparse.Namespace, argv: Sequence[str]) -> argparse
     """Command-line options over the config file's fields over the defaults."""
     if getattr(args, "config", None) is None:
         return args
-    from suite.cli import build_parser
-
-    given = vars(build_parser(suppress_defaults_of="run").parse_args(argv))
+    parser = argparse.ArgumentParser(prog="suite")  # this module's commands, options left out where not given
+    add_parsers(parser.add_subparsers(dest="command"))
+    for parsers in (a for a in parser._actions if isinstance(a, argparse._SubParsersAction)):  # no public accessor
+        for action in parsers.choices["run"]._actions:
+            action.default = argparse.SUPPRESS
+    given = vars(parser.parse_args(argv))
     merged = vars(args).copy()
     for name, value in load_config_file(args.config).items():
         if name not in given:
@@ -215,10 +218,10 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
                  argv: Sequence[str], kind: str = "matrix") -> MatrixRun:
     """Run ``configs`` (default: the matrix of ``spec``) into a new results folder and MLflow; print tables.
     Everything is validated before the folder is created; the folder stays locked in the returned run."""
-    from suite.recorders import MlflowGateway, MlflowRecorder, default_tracking_uri
-    from suite.recorders.mlflow_gateway import check_reachable
+    from suite.meters.setup import process_started_at
     from suite.run.matrix import resolve, run_matrix, start_first
-    from suite.trackers.setup import process_started_at
+    from suite.tracking.mlflow_gateway import MlflowGateway, check_reachable, default_tracking_uri
+    from suite.tracking.mlflow_recorder import MlflowRecorder
 
     started_at = getattr(args, "started_at", None) or process_started_at()
     workload_cls, resolved = resolve(spec)
@@ -301,9 +304,9 @@ def refuse_unavailable_devices(devices: Sequence[str]) -> None:
 def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunConfig], args: argparse.Namespace,
                   argv: Sequence[str], kind: str, tracking_uri: str, memory_limit: float | None) -> Any:
     """The workload's check of its inputs, then the new results folder with the matrix's facts (locked)."""
-    from suite.recorders.mlflow_gateway import normalize_uri
-    from suite.records.environment import git_state, host_facts, package_versions
-    from suite.records.store import MatrixInfo, ResultsStore
+    from suite.results.environment import git_state, host_facts, package_versions
+    from suite.results.store import MatrixInfo, ResultsStore
+    from suite.tracking.mlflow_gateway import normalize_uri
 
     prepared = dict(workload_cls.prepare(resolved[0]))
     for warning in prepared.pop("warnings", []):
@@ -333,7 +336,7 @@ def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunCon
 def _write_report(folder: Path, recorder: Any, outcome: Any) -> Path | None:
     """report.html and report.md into the results folder, attached to the MLflow matrix run; a report that cannot
     be made is a warning (the runs are recorded either way)."""
-    from suite.report import DEFAULT_REFERENCE, write_report
+    from suite.report import DEFAULT_REFERENCE, mlflow_summary, write_report
     from suite.report.content import from_folder
 
     if not any(r.status == FINISHED and not r.recorded_elsewhere for r in outcome.results) \
@@ -347,7 +350,7 @@ def _write_report(folder: Path, recorder: Any, outcome: Any) -> Path | None:
         return None
     if recorder.parent_run_id and not outcome.recorder_errors:
         try:
-            recorder.attach_report(content, files)
+            recorder.attach_report(*mlflow_summary(content), [files.html, files.markdown, *files.images])
         except Exception as exc:  # noqa: BLE001 - MLflow is optional: the report is in the folder
             print(f"suite: warning: the report is not attached to MLflow run {recorder.parent_run_id}: "
                   f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
@@ -362,8 +365,8 @@ def _exit_status(run: MatrixRun) -> int:
 # --- commands --------------------------------------------------------------------------------------
 def _history(tracking_uri: str, configs: Sequence[RunConfig], repeats: int) -> Any:
     """The store's durations of earlier runs of these configurations (see suite.run.estimate), or None."""
-    from suite.recorders import MlflowGateway
     from suite.run.estimate import estimate
+    from suite.tracking.mlflow_gateway import MlflowGateway
 
     try:
         return estimate(configs, MlflowGateway(tracking_uri).finished_durations([c.config_id for c in configs]),
@@ -399,10 +402,9 @@ def _shard_and_matrix_id(spec: MatrixSpec, args: argparse.Namespace) -> list[Run
 def dry_run(spec: MatrixSpec, args: argparse.Namespace, configs: Sequence[RunConfig] | None = None) -> int:
     """What ``suite run`` would do, created nothing: the configurations, the folder, the store, the duration."""
     from suite.devices.probe import probe
-    from suite.recorders import default_tracking_uri
-    from suite.recorders.mlflow_gateway import sqlite_path
     from suite.run.estimate import estimate, format_duration
     from suite.run.matrix import resolve
+    from suite.tracking.mlflow_gateway import default_tracking_uri, sqlite_path
 
     configs = list(configs) if configs is not None else resolve(spec)[1]
     repeats = getattr(args, "repeats", 1)
@@ -460,6 +462,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.analysis import tune
+    from suite.tracking.side_runs import log_tune
 
     max_workers = args.max_workers if args.max_workers is not None else (os.cpu_count() or 1)
     args.workers = tuple(range(0, max_workers + 1))
@@ -475,7 +478,7 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
     finally:
         run.store.release()
     if run.recorder.parent_run_id and not run.outcome.recorder_errors:
-        tune.log_to_mlflow(run.recorder.gateway, run.recorder.parent_run_id, outcome, [png, summary])
+        log_tune(run.recorder.gateway, run.recorder.parent_run_id, outcome, [png, summary])
     best, pick = outcome.best, outcome.recommended
     print_tune_table(outcome)
     print(f"best: {best.label} ({best.throughput_samples_per_s:.1f} samples/s, 95 % interval "

@@ -8,15 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from suite.cli import options
+import suite.cli.options as options
 from suite.cli.display import print_checks, print_compare_table, stamp, wide_console
 from suite.errors import ConfigError, SuiteError
 from suite.text import visible
 
 
 def add_parsers(sub: Any) -> None:
-    from suite.analysis import loaders as loader_audit
-    from suite.analysis.audit import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
+    from suite.audit import loaders as loader_audit
+    from suite.audit.verdicts import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
 
     audit = sub.add_parser(
         "audit", help="re-run a recorded matrix from its manifests and give a verdict per check",
@@ -134,7 +134,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def _load_recorded(target: str, gateway: Any) -> Any:
-    from suite.analysis.audit import load_directory, load_mlflow_run
+    from suite.audit.checks import load_directory, load_mlflow_run
 
     path = Path(target)
     if path.is_dir():
@@ -147,18 +147,18 @@ def _load_recorded(target: str, gateway: Any) -> Any:
 def _loader_audit(args: argparse.Namespace) -> Any:
     if not args.loaders:
         return None
-    from suite.analysis.loaders import LoaderAudit
+    from suite.audit.loaders import LoaderAudit
 
     return LoaderAudit(images=args.loader_images, steps=args.loader_steps,
                        pixel_tolerance=args.loader_pixel_tolerance, loss_rtol=args.loader_loss_rtol)
 
 
 def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from suite.analysis.audit import audit_recorded, audit_reference, log_audit_to_mlflow
+    from suite.audit.checks import audit_recorded, log_audit_to_mlflow
+    from suite.audit.record_checks import audit_reference
     from suite.cli.display import PlainProgress, RichProgress
-    from suite.recorders import MlflowGateway
-    from suite.recorders.mlflow_gateway import normalize_uri
-    from suite.records.store import MatrixInfo, ResultsStore
+    from suite.results.store import MatrixInfo, ResultsStore
+    from suite.tracking.mlflow_gateway import MlflowGateway, normalize_uri
 
     if args.calibrate:
         from suite.analysis.equivalence import calibrate
@@ -210,7 +210,7 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
     elif "/" in args.target or target.suffix:
         raise SuiteError(f"no such results folder: {args.target}")
     else:
-        from suite.recorders import MlflowGateway
+        from suite.tracking.mlflow_gateway import MlflowGateway
 
         content = from_mlflow(MlflowGateway(args.tracking_uri), args.target, reference)
         folder = args.output or Path("suite-results") / f"report-{args.target}"
@@ -232,7 +232,7 @@ def cmd_recover(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _upload(directory: Path, tracking_uri: str | None, rescue: Path | None) -> int:
-    from suite.recorders.upload import upload
+    from suite.tracking.upload import upload
 
     report = upload(directory, tracking_uri, rescue)
     for line in report.repairs:
@@ -247,12 +247,13 @@ def _upload(directory: Path, tracking_uri: str | None, rescue: Path | None) -> i
 
 
 def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from suite.analysis.compare import rows_from_mlflow, rows_from_results, speedups
+    from suite.analysis.compare import rows_from_results, speedups
     from suite.analysis.plots import plot
     from suite.analysis.published import load_reference, measured_table, reference_table
-    from suite.recorders import MlflowGateway
-    from suite.records.results import dataset_warning, differing_datasets
-    from suite.records.store import ResultsStore
+    from suite.results.record import dataset_warning, differing_datasets
+    from suite.results.store import ResultsStore
+    from suite.tracking.mlflow_gateway import MlflowGateway
+    from suite.tracking.reading import rows_from_mlflow
 
     gateway = MlflowGateway(args.tracking_uri)
     rows: list = []

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from suite.analysis.compare import THROUGHPUT
 from suite.errors import SuiteError
 from suite.report.content import ReportContent
+from suite.text import markdown_literal
 
 DEFAULT_REFERENCE = "bridgetower_hf_blog_2023"
 HTML_NAME = "report.html"
@@ -45,3 +47,25 @@ def write_report(content: ReportContent, folder: Path) -> ReportFiles:
     except OSError as exc:
         raise SuiteError(f"cannot write the report into {folder}: {exc.strerror or exc}") from None
     return ReportFiles(html_file, markdown_file, images)
+
+
+def mlflow_summary(content: ReportContent) -> tuple[dict[str, float], str, dict[str, str]]:
+    """What a matrix's MLflow run shows a reader: summary metrics (best throughput, configurations measured, the
+    best's speed-up over its workers=0 CPU-loader baseline), a Markdown description with the results table, and
+    tags naming the best configuration."""
+    from suite.report.render import markdown_table, results_table
+
+    best = content.best
+    metrics = {"summary/best_throughput_samples_per_s": best.metrics[THROUGHPUT],
+               "summary/configurations_measured": float(len(content.rows))}
+    speedup = content.speedups.get(best.config_id)
+    if speedup is not None:
+        metrics["summary/speedup_best_over_baseline"] = speedup
+    lines = [markdown_literal(content.headline()), ""]
+    if content.contended:
+        busy = ", ".join(r.label for r in content.contended)
+        lines += ["**Busy host** while measuring: " + markdown_literal(busy), ""]
+    lines += [markdown_table(results_table(content)), "",
+              "Full report (charts, published figures, provenance): artifact `report/report.html`."]
+    tags = {"suite.best_config_id": best.config_id, "suite.best_configuration": best.label}
+    return metrics, "\n".join(lines), tags

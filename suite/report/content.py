@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import json
 import shlex
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from suite.analysis.compare import THROUGHPUT, Row, rows_from_mlflow, rows_from_results
+from suite.analysis.compare import THROUGHPUT, Row, rows_from_results
 from suite.analysis.published import Alignment, align, load_reference, measured_table, reference_table
 from suite.errors import SuiteError
 from suite.fileio import read_record_text
+from suite.tracking.reading import matrix_run_view
 
 #: Manifest fields shown as provenance, in this order.
 FINGERPRINTS = ("dataset_fingerprint", "tokenizer_sha256", "initial_weights_sha256")
@@ -124,8 +124,8 @@ def _alignment(rows: Sequence[Row], reference: str | None, content: ReportConten
 
 def from_folder(folder: Path, reference: str | None, audits: Sequence[Path] = ()) -> ReportContent:
     """The report of a results folder (``suite run``, ``suite tune`` or ``suite audit`` output)."""
-    from suite.records.results import FINISHED, dataset_warning, differing_datasets
-    from suite.records.store import ResultsStore
+    from suite.results.record import FINISHED, dataset_warning, differing_datasets
+    from suite.results.store import ResultsStore
 
     store = ResultsStore(folder)
     matrix = store.matrix()
@@ -162,31 +162,13 @@ def read_audit(path: Path) -> list[AuditCheck]:
 
 def from_mlflow(gateway: Any, run_id: str, reference: str | None) -> ReportContent:
     """The report of an MLflow matrix run (its configuration runs, its tags, the audits linked to it)."""
-    from suite.recorders import mlflow_gateway as tags
-
-    matrix = gateway.get_run(run_id)
-    rows = rows_from_mlflow(gateway, run_id=run_id)
-    if not rows:
+    view = matrix_run_view(gateway, run_id)
+    if not view.rows:
         raise SuiteError(f"no configuration of MLflow run {run_id} finished: nothing to report")
-    fingerprints: dict[str, str] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        for row in rows:
-            manifest = gateway.download_artifact(row.mlflow_run_ids[0], "manifest.json", Path(scratch))
-            if manifest is not None:
-                data = json.loads(read_record_text(manifest))
-                fingerprints = {k: str(data[k]) for k in FINGERPRINTS if data.get(k)}
-                break
-    command = shlex.split(matrix.data.tags.get(tags.COMMAND, "")) or ["suite", "run"]
-    content = _content(rows, f"MLflow run {run_id} at {gateway.tracking_uri}", matrix.info.status,
-                       matrix.data.tags.get("failure_reason"), command, matrix.data.tags, fingerprints, reference)
-    experiment_ids = [matrix.info.experiment_id]
-    for audit in gateway.search_runs(experiment_ids, f"tags.`{tags.ROLE}` = 'audit' and "
-                                                     f"tags.`suite.audited_run_id` = '{run_id}'"):
-        for key, value in sorted(audit.data.tags.items()):
-            if key.startswith("check.") and ": " in value:
-                subject, _, name = key.split(".", 2)[-1].rpartition(".")  # check.NNN.<subject>.<name>
-                verdict, detail = value.split(": ", 1)
-                content.audit.append(AuditCheck(subject, name, verdict, detail))
+    fingerprints = {k: str(view.manifest[k]) for k in FINGERPRINTS if view.manifest.get(k)}
+    content = _content(view.rows, f"MLflow run {run_id} at {gateway.tracking_uri}", view.status, view.reason,
+                       shlex.split(view.command) or ["suite", "run"], view.tags, fingerprints, reference)
+    content.audit.extend(AuditCheck(*check) for check in view.audit_checks)
     return content
 
 

@@ -1,7 +1,7 @@
 """Launch one configuration in a fresh process and collect its result.
 
 The configuration process (:mod:`suite.run.process`) gets its own run folder in the results folder
-(``runs/<name>/``, see :class:`suite.records.store.RunFiles`) with ``config.json`` and ``run.json`` (its run uid,
+(``runs/<name>/``, see :class:`suite.results.store.RunFiles`) with ``config.json`` and ``run.json`` (its run uid,
 repeat and the command line, for its manifest). While it runs, this process samples its host RAM (the process
 and its loader workers) and turns its events into progress; its stderr and any plain output become ``run.log``.
 The result arrives as the child's last event (so a full disk cannot lose it), else from its result.json, else
@@ -28,10 +28,10 @@ from suite.config import RunConfig
 from suite.errors import RecordingError, ResultsFolderError
 from suite.events import LAUNCHED_AT_ENV
 from suite.events import parse as parse_event
-from suite.records.manifest import build_manifest
-from suite.records.results import FAILED, FINISHED, WORKER_NODE, RunResult
-from suite.records.store import ResultsStore, RunFiles
-from suite.trackers.host_ram import HostRamSampler
+from suite.meters.host_ram import HostRamSampler
+from suite.results.manifest import build_manifest
+from suite.results.record import FAILED, FINISHED, WORKER_NODE, RunResult
+from suite.results.store import ResultsStore, RunFiles
 
 PROCESS_MODULE = "suite.run.process"
 LOG_TAIL_LINES = 20
@@ -147,7 +147,7 @@ def _kill_group(proc: subprocess.Popen, timed_out: threading.Event) -> None:
 
 
 def _read_result(files: RunFiles) -> RunResult | None:
-    from suite.records.store import validate_result
+    from suite.results.store import validate_result
 
     if not files.result.is_file():
         return None
@@ -160,7 +160,7 @@ def _read_result(files: RunFiles) -> RunResult | None:
 
 
 def _validated(received: dict[str, Any] | None, files: RunFiles) -> RunResult | None:
-    from suite.records.store import validate_result
+    from suite.results.store import validate_result
 
     if received is None:
         return None

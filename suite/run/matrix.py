@@ -21,12 +21,12 @@ from typing import Callable, Sequence
 from suite.analysis.scoring import ConfigScore, score_repeats
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError, RecordingError, UnknownPluginError
-from suite.recorders.base import Recorder
-from suite.records.results import FAILED, FINISHED, KILLED, RunResult, differing_datasets
-from suite.records.store import ResultsStore
+from suite.meters.setup import process_started_at
 from suite.registry import device_names, load_workload
+from suite.results.record import FAILED, FINISHED, KILLED, RunResult, differing_datasets
+from suite.results.store import ResultsStore
 from suite.run.launch import Interrupted, NoProgress, Progress, Standby, can_start_ahead, launch
-from suite.trackers.setup import process_started_at
+from suite.tracking.base import Recorder
 
 
 def resolve(spec: MatrixSpec) -> tuple[type, list[RunConfig]]:

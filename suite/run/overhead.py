@@ -35,7 +35,7 @@ from typing import Any, Callable
 from mlperf_logging.mllog import constants
 
 from suite.config import RunConfig
-from suite.trackers.host_ram import PSS_CPU_BUDGET
+from suite.meters.host_ram import PSS_CPU_BUDGET
 
 #: The pieces of the suite's per-step code that bench-overhead times, with what each is.
 SECTIONS = {
@@ -102,9 +102,9 @@ def _tracker_process(pid: int, connection: Any, store: str) -> None:
     """Runs in a spawned process: on "start" sample ``pid``'s tree (and MLflow system metrics) until "stop"."""
     import logging
 
-    from suite.recorders.mlflow_gateway import MlflowGateway
-    from suite.recorders.system_metrics import start_system_metrics
-    from suite.trackers.host_ram import HostRamSampler
+    from suite.meters.host_ram import HostRamSampler
+    from suite.tracking.mlflow_gateway import MlflowGateway
+    from suite.tracking.system_metrics import start_system_metrics
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # its INFO lines would drown the output
     uri = f"sqlite:///{Path(store) / 'mlflow.db'}"
@@ -171,8 +171,8 @@ def run_overhead(config: RunConfig, blocks: int, progress: Callable[[str], None]
                  ) -> dict[str, Any]:
     """Alternate bare and suite blocks of ``config.steps`` steps, ``blocks`` of each; JSON-ready figures."""
     from suite.events import emit
-    from suite.records.mlperf_log import MlperfLog
     from suite.registry import load_device, load_workload
+    from suite.results.mlperf_log import MlperfLog
     from suite.run.steps import TrainingSteps, prepare_device
 
     adapter = load_device(config.device)()

@@ -3,7 +3,7 @@
 The runner starts it fresh per configuration (``python -m suite.run.process --run-folder runs/<name>``) so that
 memory figures are clean and a crash cannot take the matrix down. It reads ``config.json`` and ``run.json`` from
 its run folder and writes ``result.json``, ``manifest.json`` and ``mlperf.log`` there (through
-:class:`suite.records.store.RunFiles`). Any failure becomes a FAILED result with a one-line reason; the traceback
+:class:`suite.results.store.RunFiles`). Any failure becomes a FAILED result with a one-line reason; the traceback
 and a readable account of the run (phases, steps, outcome) go to stderr, which the runner keeps as ``run.log``.
 The result is also sent to the runner as the last event, before the files are written, so a full disk cannot
 lose it; if the runner is gone (killed), the run goes on and its result.json waits for ``suite recover``.
@@ -30,18 +30,18 @@ from mlperf_logging.mllog import constants  # noqa: E402
 from suite.config import RunConfig  # noqa: E402
 from suite.errors import RecordingError, SuiteError  # noqa: E402
 from suite.events import LAUNCHED_AT_ENV, emit  # noqa: E402
-from suite.records.environment import accelerator_environment  # noqa: E402
-from suite.records.manifest import BEFORE_THE_RUN, build_manifest  # noqa: E402
-from suite.records.mlperf_log import MlperfLog, log_disclosures  # noqa: E402
-from suite.records.results import FAILED, FINISHED, RunResult  # noqa: E402
-from suite.records.store import RunFiles  # noqa: E402
+from suite.meters.contention import ContentionMeter  # noqa: E402
+from suite.meters.setup import SetupClock  # noqa: E402
 from suite.registry import load_device, load_workload  # noqa: E402
+from suite.results.environment import accelerator_environment  # noqa: E402
+from suite.results.manifest import BEFORE_THE_RUN, build_manifest  # noqa: E402
+from suite.results.mlperf_log import MlperfLog, log_disclosures  # noqa: E402
+from suite.results.record import FAILED, FINISHED, RunResult  # noqa: E402
+from suite.results.store import RunFiles  # noqa: E402
 from suite.run.quality import QualityTracker  # noqa: E402
 from suite.run.ranks import HostGroup, Rank, aggregate_ranks  # noqa: E402
 from suite.run.steps import TrainingSteps, prepare_device  # noqa: E402
 from suite.text import visible  # noqa: E402
-from suite.trackers.contention import ContentionMeter  # noqa: E402
-from suite.trackers.setup import SetupClock  # noqa: E402
 
 EmitFn = Callable[..., None]
 
@@ -77,13 +77,13 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
             started_at: float | None = None) -> RunResult:
     """Run ``config`` here and return its result; never raises for a failure of the run itself.
 
-    With ``mllog_path``, an MLPerf-format log of the run is written there (see :mod:`suite.records.mlperf_log`).
+    With ``mllog_path``, an MLPerf-format log of the run is written there (see :mod:`suite.results.mlperf_log`).
     Under torchrun (``rank.world_size > 1``) every rank trains on its share of each global batch with the
     device's distributed backend, and the result aggregates the ranks: global throughput over the
     slowest rank's wall time, device peak memory as the maximum per rank, data-wait as the mean.
 
     Set-up phases are timed into ``setup`` (the caller may have timed the process start and imports into it) and
-    recorded as ``setup_<phase>_s`` (:mod:`suite.trackers.setup`), failed runs included; ``started_at`` (wall
+    recorded as ``setup_<phase>_s`` (:mod:`suite.meters.setup`), failed runs included; ``started_at`` (wall
     clock) is when the configuration was handed to this process, the start of its first-step latency.
     """
     rank = rank or Rank()
@@ -307,7 +307,7 @@ def _train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: 
 
 class _MeasuredBlock:
     """The measured window of both engines: MLPerf's block_start/block_stop around the measured steps, and how busy
-    the machine was with other work meanwhile (see suite.trackers.contention)."""
+    the machine was with other work meanwhile (see suite.meters.contention)."""
 
     def __init__(self, config: RunConfig, mlperf: MlperfLog, global_batch: int, contention: ContentionMeter) -> None:
         self.config, self.mlperf, self.global_batch, self.contention = config, mlperf, global_batch, contention

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import pytest
 
 from suite.config import DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, RunConfig
-from suite.records.results import FINISHED, RunResult
+from suite.results.record import FINISHED, RunResult
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -32,8 +32,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
-    from suite.records.environment import git_state, package_versions
     from suite.registry import device_names, load_device
+    from suite.results.environment import git_state, package_versions
 
     devices = {}
     for name in device_names():
@@ -54,9 +54,9 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 def run_benchmark(benchmark: Any, config: RunConfig) -> RunResult:
     """Run ``config`` (batch size resolved) in this process under ``benchmark.pedantic``."""
+    from suite.meters.host_ram import HostRamSampler
     from suite.registry import load_device, load_workload
     from suite.run.steps import TrainingSteps, prepare_device
-    from suite.trackers.host_ram import HostRamSampler
 
     workload_cls = load_workload(config.workload)
     workload_cls.prepare(config)
@@ -97,7 +97,7 @@ def run_benchmark(benchmark: Any, config: RunConfig) -> RunResult:
 @pytest.fixture
 def suite_benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Callable[..., RunResult]:
     """``suite_benchmark(workload=..., preset=..., device=..., num_workers=..., loader=..., precision=...)``
-    runs that configuration under pytest-benchmark and returns its :class:`~suite.records.results.RunResult`."""
+    runs that configuration under pytest-benchmark and returns its :class:`~suite.results.record.RunResult`."""
 
     def run(**fields: Any) -> RunResult:
         from suite.registry import load_workload

@@ -20,8 +20,8 @@ from mlperf_logging.mllog import constants
 
 from suite.config import RunConfig
 from suite.errors import SuiteError
-from suite.records.mlperf_log import MlperfLog
-from suite.records.results import RunResult
+from suite.results.mlperf_log import MlperfLog
+from suite.results.record import RunResult
 from suite.run.ranks import HostGroup
 
 #: Evaluation cadence (measured steps) when a quality target is set and no --eval-every is given.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from suite.records.results import RunResult
+    from suite.results.record import RunResult
 
 
 @dataclass(frozen=True)

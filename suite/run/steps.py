@@ -11,8 +11,8 @@ from typing import Any
 
 from suite.config import RunConfig
 from suite.errors import SuiteError
-from suite.records.results import RunResult, StepStats
-from suite.trackers.timing import StepTimer, StepTiming
+from suite.meters.timing import StepTimer, StepTiming
+from suite.results.record import RunResult, StepStats
 
 
 def prepare_device(config: RunConfig, adapter: Any) -> None:

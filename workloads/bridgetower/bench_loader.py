@@ -168,9 +168,10 @@ def _fidelity(pipelines: dict[str, ImagePipeline], images: list[bytes]) -> dict[
     }
 
 
-def run_loader_benchmark(options: LoaderBenchOptions, progress: Callable[[str], None] = lambda _: None
-                         ) -> dict[str, Any]:
-    """Measure every pipeline; returns the figures (see the module docstring) as a JSON-ready dict."""
+def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
+                         progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Measure every pipeline; returns the figures (see the module docstring) as a JSON-ready dict.
+    ``workload_class`` (the BridgeTower workload) trains the training comparison."""
     images, dataset = _read_images(options)
     pipelines = {name: cls(options.image_size) for name, cls in PIPELINES.items()}
     progress("fidelity")
@@ -240,19 +241,18 @@ def run_loader_benchmark(options: LoaderBenchOptions, progress: Callable[[str], 
         },
     )
     if options.train_steps:
-        result["training"] = training_comparison(options.dataset, options.train_steps, progress)
+        result["training"] = training_comparison(workload_class, options.dataset, options.train_steps, progress)
     return result
 
 
-def training_comparison(dataset: str | None, steps: int, progress: Callable[[str], None]) -> dict[str, Any]:
+def training_comparison(workload_class: type, dataset: str | None, steps: int,
+                        progress: Callable[[str], None]) -> dict[str, Any]:
     """Does the faster input pipeline still teach the model? The tiny preset trained ``steps`` steps with the
     closed pipeline and with the open one (same seed, same samples; each evaluated through its own pipeline on the
     held-out pairs): eval_accuracy reached, and the losses at the end."""
     from suite.config import RunConfig
     from suite.devices.cpu import CPUAdapter
     from suite.run.steps import prepare_device
-
-    from workloads.bridgetower.workload import BridgeTowerWorkload
 
     config = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=0, loader="cpu-fast",
                        precision="fp32", batch_size=8, steps=steps, warmup_steps=0, dataset=dataset)
@@ -263,7 +263,7 @@ def training_comparison(dataset: str | None, steps: int, progress: Callable[[str
         adapter = CPUAdapter()
         adapter.setup()
         prepare_device(config, adapter)
-        workload = BridgeTowerWorkload(config, adapter, image_pipeline=name)
+        workload = workload_class(config, adapter, image_pipeline=name)
         workload.setup()
         batches = workload.batches()
         losses = [float(workload.train_step(next(batches))) for _ in range(steps)]

@@ -222,7 +222,7 @@ class BridgeTowerWorkload(Workload):
     def loader_benchmark(cls, options: Mapping[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
         from workloads.bridgetower.bench_loader import LoaderBenchOptions, run_loader_benchmark
 
-        return run_loader_benchmark(LoaderBenchOptions(**options), progress)
+        return run_loader_benchmark(LoaderBenchOptions(**options), cls, progress)
 
     def __init__(self, config: RunConfig, device: Any, image_pipeline: str | None = None) -> None:
         """``image_pipeline`` replaces the worker-side pipeline of the configured loader by another of

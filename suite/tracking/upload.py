@@ -27,10 +27,10 @@ from suite.analysis.scoring import ConfigScore
 from suite.config import RunConfig
 from suite.errors import ResultsFolderError, SuiteError
 from suite.fileio import read_record_text
-from suite.recorders.mlflow_gateway import MlflowGateway, check_reachable, default_tracking_uri, normalize_uri
-from suite.recorders.mlflow_recorder import MlflowRecorder
-from suite.records.results import KILLED, RUNNING, RunResult
-from suite.records.store import ResultsStore, RunFiles, read_rescue, rescued_manifests
+from suite.results.record import KILLED, RUNNING, RunResult
+from suite.results.store import ResultsStore, RunFiles, read_rescue, rescued_manifests
+from suite.tracking.mlflow_gateway import MlflowGateway, check_reachable, default_tracking_uri, normalize_uri
+from suite.tracking.mlflow_recorder import MlflowRecorder
 
 PROCESS_MODULE = "suite.run.process"
 
@@ -63,7 +63,7 @@ def _process_alive(pid: object, files: RunFiles) -> bool:
 def _incomplete_manifest(folder: Path) -> bool:
     """Whether a run folder lacks its complete manifest (none, an unreadable one, or the one written before the
     run)."""
-    from suite.records.manifest import COMPLETE
+    from suite.results.manifest import COMPLETE
 
     try:
         return json.loads(read_record_text(folder / "manifest.json")).get("stage", COMPLETE) != COMPLETE

@@ -3,7 +3,7 @@
 Each child run carries every config field as a param, the metrics under their public names (``loss`` once
 per step), and tags for the device, package versions and git commit. Runs are created when a configuration
 begins, so a live MLflow UI shows it RUNNING, and terminated with its final status. Every call goes through
-:class:`~suite.recorders.mlflow_gateway.MlflowGateway`.
+:class:`~suite.tracking.mlflow_gateway.MlflowGateway`.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suite.analysis.scoring import ConfigScore
+from suite.analysis.summary import summary_line
 from suite.config import RunConfig, short_labels
-from suite.recorders import mlflow_gateway as tags_
-from suite.recorders.base import Recorder
-from suite.recorders.metric_names import mlflow_metrics
-from suite.recorders.mlflow_gateway import MlflowGateway
-from suite.records.results import RUNNING, RunResult
-from suite.records.store import MatrixInfo, RunFiles
+from suite.results.record import RUNNING, RunResult
+from suite.results.store import MatrixInfo, RunFiles
 from suite.text import markdown_literal
+from suite.tracking import mlflow_gateway as tags_
+from suite.tracking.base import Recorder
+from suite.tracking.metric_names import mlflow_metrics
+from suite.tracking.mlflow_gateway import MlflowGateway
 
 #: The experiment's description (MLflow shows it above the runs table).
 EXPERIMENT_NOTE = (
@@ -53,8 +54,6 @@ def _flatten(prefix: str, data: dict[str, Any]) -> dict[str, Any]:
 
 def _run_note(config: RunConfig, result: RunResult) -> str:
     """A configuration run's description: its axes, its headline figures or why it did not finish, its id."""
-    from suite.cli.display import summary_line
-
     return f"{markdown_literal(summary_line(result).strip())}\n\nconfiguration id: `{config.config_id}`"
 
 
@@ -142,7 +141,7 @@ class MlflowRecorder(Recorder):
         run_id = self._child(name, parent, {**tags, tags_.ROLE: role, tags_.RUN_UID: run_uid}, config)
         self._open_runs[(config_id, repeat)] = run_id
         if self._system_metrics_interval_s:
-            from suite.recorders.system_metrics import start_system_metrics
+            from suite.tracking.system_metrics import start_system_metrics
 
             self._monitors[(config_id, repeat)] = start_system_metrics(
                 run_id, self.tracking_uri, self._system_metrics_interval_s)
@@ -281,32 +280,15 @@ class MlflowRecorder(Recorder):
             headline = mlflow_metrics([(k, v, now_ms, 0) for k, v in metrics.items()])
             self.gateway.log(self.parent_run_id, metrics=headline)
 
-    def attach_report(self, content: Any, files: Any) -> None:
-        """Give the matrix run what a reader scans for: summary metrics (best throughput, speed-up of the best over
-        its workers=0 CPU-loader baseline), a description with the results table (Markdown), and the report
-        (``report/report.html``, its Markdown twin and charts) as artifacts."""
-        from suite.analysis.compare import THROUGHPUT
-        from suite.report.render import markdown_table, results_table
-
+    def attach_report(self, note: str, metrics: dict[str, float], tags: dict[str, str], files: Sequence[Path]) -> None:
+        """Give the matrix run what a reader scans for (:func:`suite.report.mlflow_summary` makes it): summary
+        metrics, a description (Markdown), tags, and the report's files as artifacts under ``report/``."""
         if not self.parent_run_id:
             return
-        best = content.best
         now_ms = int(time.time() * 1000)
-        metrics = [("summary/best_throughput_samples_per_s", best.metrics[THROUGHPUT], now_ms, 0),
-                   ("summary/configurations_measured", float(len(content.rows)), now_ms, 0)]
-        speedup = content.speedups.get(best.config_id)
-        if speedup is not None:
-            metrics.append(("summary/speedup_best_over_baseline", speedup, now_ms, 0))
-        lines = [markdown_literal(content.headline()), ""]
-        if content.contended:
-            busy = ", ".join(r.label for r in content.contended)
-            lines += ["**Busy host** while measuring: " + markdown_literal(busy), ""]
-        lines += [markdown_table(results_table(content)), "",
-                  "Full report (charts, published figures, provenance): artifact `report/report.html`."]
-        self.gateway.log(self.parent_run_id, metrics=metrics, tags={
-            tags_.RUN_NOTE: "\n".join(lines), "suite.best_config_id": best.config_id,
-            "suite.best_configuration": best.label})
-        for path in (files.html, files.markdown, *files.images):
+        self.gateway.log(self.parent_run_id, metrics=[(k, v, now_ms, 0) for k, v in metrics.items()],
+                         tags={tags_.RUN_NOTE: note, **tags})
+        for path in files:
             self.gateway.log_artifact(self.parent_run_id, path, artifact_path="report")
 
     def describe(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The recorder interface: open a matrix, begin/end each configuration run, score it, close.
 
-The results folder (:mod:`suite.records.store`) is not a recorder: it is written first, always, and a
+The results folder (:mod:`suite.results.store`) is not a recorder: it is written first, always, and a
 failure to write it stops the matrix. Recorders are the optional destinations after it (MLflow); one that
 fails is switched off for the rest of the matrix and the folder keeps every run for ``suite upload``.
 """
@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 from suite.analysis.scoring import ConfigScore
 from suite.config import RunConfig
-from suite.records.results import RunResult
-from suite.records.store import MatrixInfo
+from suite.results.record import RunResult
+from suite.results.store import MatrixInfo
 
 
 class Recorder(ABC):

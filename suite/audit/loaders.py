@@ -80,8 +80,8 @@ def _measure_here(config: RunConfig, loaders: Sequence[str], count: int) -> dict
 
 
 def measure_pixels(config: RunConfig, loaders: Sequence[str], count: int) -> dict[str, Any]:
-    """:func:`_measure_here` in a short-lived process (``python -m suite.analysis.loaders``)."""
-    argv = [sys.executable, "-m", "suite.analysis.loaders", json.dumps(config.to_dict()), ",".join(loaders),
+    """:func:`_measure_here` in a short-lived process (``python -m suite.audit.loaders``)."""
+    argv = [sys.executable, "-m", "suite.audit.loaders", json.dumps(config.to_dict()), ",".join(loaders),
             str(count)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=PIXEL_TIMEOUT_S, stdin=subprocess.DEVNULL)
@@ -121,7 +121,7 @@ def _triple(values: Sequence[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m suite.analysis.loaders", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m suite.audit.loaders", description=__doc__.split("\n\n")[0])
     parser.add_argument("config", help="a configuration, as JSON")
     parser.add_argument("loaders", help="comma-separated loaders")
     parser.add_argument("count", type=int)
@@ -149,7 +149,7 @@ def loader_checks(configs: Sequence[RunConfig], store: Any, progress: Any, optio
                   command: Sequence[str]) -> list[Any]:
     """For each device, precision and engine of the recorded configurations: every loader the device runs, pixels
     and first losses against the reference loader (see the module docstring)."""
-    from suite.analysis.audit import SKIP, Check
+    from suite.audit.verdicts import SKIP, Check
     from suite.registry import load_device
     from suite.run.launch import launch
 

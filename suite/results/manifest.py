@@ -14,8 +14,8 @@ from typing import Any, Sequence
 from suite.config import RunConfig
 from suite.errors import ConfigError, ResultsFolderError
 from suite.fileio import read_record_text
-from suite.records.environment import git_state, host_facts, package_versions
-from suite.records.results import RunResult
+from suite.results.environment import git_state, host_facts, package_versions
+from suite.results.record import RunResult
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 2  # 2: loader, num_workers and prefetch_factor as requested and as run

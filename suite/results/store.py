@@ -30,7 +30,7 @@ from typing import Any, Iterator
 
 from suite.errors import ConfigError, RecordingError, ResultsFolderError
 from suite.fileio import read_record_text, write_json_atomic
-from suite.records.results import END_STATUSES, RUNNING, RunResult
+from suite.results.record import END_STATUSES, RUNNING, RunResult
 
 SCHEMA_VERSION = 2
 MATRIX_FILE = "matrix.json"
@@ -369,7 +369,7 @@ class ResultsStore:
         """Write what this store holds in memory (matrix, runs, scores) to a rescue file outside the results
         folder (the temporary folder, else the user's cache), for ``suite recover --from``; ``None`` if no
         place could take it."""
-        from suite.records.manifest import build_manifest
+        from suite.results.manifest import build_manifest
 
         matrix = self.matrix_info
         payload = {"schema_version": SCHEMA_VERSION, "matrix": matrix.to_dict(), "results_folder": str(self.root),
@@ -415,7 +415,7 @@ class ResultsStore:
 
     def manifest_of(self, result: RunResult) -> dict[str, Any] | None:
         """The run's manifest, read from this folder (``None`` if the run has none)."""
-        from suite.records.manifest import load_manifest
+        from suite.results.manifest import load_manifest
 
         folder = self.run_folder(result)
         if folder is None or not (folder / "manifest.json").is_file():

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from suite.config import RunConfig
-from suite.trackers.timing import StepTiming
+from suite.meters.timing import StepTiming
 
 FINISHED = "FINISHED"
 FAILED = "FAILED"

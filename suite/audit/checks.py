@@ -1,0 +1,156 @@
+"""Reproducibility audits.
+
+``suite audit TARGET`` reads a recorded matrix (a results directory or an MLflow run id), checks its
+records, re-runs every configuration from its manifest alone, and gives a verdict per check:
+
+* ``config``: the configuration in the run's manifest is the one in results.json, field by field;
+* ``record``: every headline (throughput, its interval, step-time percentiles, data-wait, steps, wall time) is what
+  the run's own stored per-step times and batch size give, and the manifest's facts (device, fingerprints) are
+  results.json's: a hand edit or a bug is "record inconsistent" (FAIL);
+* ``batch_size``: the batch size logged is the batch size used;
+* ``warmup_accounting``: every configuration excluded the same warm-up steps;
+* ``loader``: the loader, worker count and prefetch factor observed while it ran (the built pipeline, the
+  DataLoader that ran) are the ones requested, and no knob is reported that had no effect;
+* ``rerun``: the configuration runs again from its manifest;
+* ``inputs``: the re-run read the same data, initial weights and tokenizer (fingerprints); with ``--no-rerun``,
+  ``inputs_now``: the fingerprints recomputed now from the files, the tokenizer and the model built from the seed;
+* ``loss_digest``: bit-identical loss trajectory on the same device kind, else within ``loss_rtol``;
+* ``throughput``: an equivalence test on the ratio re-run / recorded (:mod:`suite.analysis.equivalence`): PASS
+  when its 90 % interval lies inside the declared tolerance, FAIL when wholly outside, INCONCLUSIVE otherwise, and
+  INCONCLUSIVE whatever the numbers when either run was measured under contention (checked first);
+* ``environment``: which package versions and which commit differ from the manifest (a warning, not a failure).
+
+The same record checks run on published results (``reference/*.json``), which shows the flaws of the
+original benchmark on its own numbers. Verdicts per check: PASS, FAIL, INCONCLUSIVE, WARN, SKIP. The audit's own
+verdict: FAIL when any check fails, else INCONCLUSIVE when any is inconclusive, else PASS (``suite audit`` exits
+0, 1, 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from suite.analysis.equivalence import FAIL, INCONCLUSIVE, PASS
+from suite.audit.record_checks import (
+    check_batch_size,
+    check_config,
+    check_inputs_now,
+    check_loader,
+    check_record_consistency,
+    record_checks,
+    record_of,
+)
+from suite.audit.rerun import compare_rerun, environment_check, recorded_repeats
+from suite.audit.verdicts import (
+    DEFAULT_LOSS_RTOL,
+    DEFAULT_THROUGHPUT_TOLERANCE,
+    SKIP,
+    WARN,
+    AuditReport,
+    Check,
+    _verdicts_by_check,
+)
+from suite.errors import ConfigError, SuiteError
+from suite.results.manifest import config_from_manifest
+from suite.results.record import FINISHED, RunResult
+from suite.results.store import ResultsStore
+from suite.tracking.reading import matrix_records
+
+
+# --- loading a recorded matrix ------------------------------------------------------------------------
+@dataclass
+class Recorded:
+    results: list[RunResult]
+    manifests: list[dict[str, Any] | None]
+    scores: list[dict[str, Any]]
+
+
+def load_directory(target: Path) -> Recorded:
+    """A results folder's runs, with each run's manifest from the same folder (wherever it was copied)."""
+    store = ResultsStore(target)
+    results = store.results()
+    if not results:
+        raise SuiteError(f"{target / 'results.json'} lists no runs: nothing to audit")
+    return Recorded(results, [store.manifest_of(r) for r in results], store.scores())
+
+
+def load_mlflow_run(gateway: Any, run_id: str) -> Recorded:
+    """A matrix run's (or one configuration run's) records, from its MLflow artifacts."""
+    results, manifests, scores = matrix_records(gateway, run_id)
+    return Recorded(results, manifests, scores)
+
+
+def audit_recorded(recorded: Recorded, target: str, store: ResultsStore | None, rerun: bool = True,
+                   loss_rtol: float = DEFAULT_LOSS_RTOL, throughput_tolerance: float = DEFAULT_THROUGHPUT_TOLERANCE,
+                   progress: Any = None, loaders: Any = None) -> AuditReport:
+    """Record checks on every run; with ``rerun``, each configuration run again into ``store`` (the audit's
+    own results folder) and compared with its first recorded run; with ``loaders`` (a
+    :class:`~suite.audit.loaders.LoaderAudit`), every loader against the reference (:mod:`.loaders`)."""
+    report = _audit_records(recorded, target, store, rerun, loss_rtol, throughput_tolerance, progress)
+    if loaders is not None:
+        from suite.audit.loaders import loader_checks
+
+        if store is None:
+            raise ValueError("the loader comparison needs a results folder (store)")
+        configs = [r.config for r in recorded.results]
+        report.checks += loader_checks(configs, store, progress, loaders, ["suite", "audit", target, "--loaders"])
+    return report
+
+
+def _audit_records(recorded: Recorded, target: str, store: ResultsStore | None, rerun: bool, loss_rtol: float,
+                   throughput_tolerance: float, progress: Any) -> AuditReport:
+    from suite.run.launch import launch
+
+    report = AuditReport(target=target, audited_run_ids=[r.mlflow_run_id for r in recorded.results if r.mlflow_run_id])
+    computed: dict[tuple[Any, ...], dict[str, str]] = {}
+    for result, manifest in zip(recorded.results, recorded.manifests, strict=True):
+        config = result.config
+        subject = config.config_id + (f" repeat {result.repeat}" if result.repeat else "")
+        report.checks.append(check_config(subject, result.config.to_dict(), manifest))
+        report.checks.append(check_record_consistency(subject, result, manifest))
+        if not rerun and result.status == FINISHED:
+            report.checks.append(check_inputs_now(subject, config, manifest, computed))
+    report.checks += record_checks([record_of(r, m) for r, m in zip(recorded.results, recorded.manifests, strict=True)])
+    report.checks.append(environment_check(recorded.manifests))
+    if not rerun:
+        report.checks.append(Check("matrix", "rerun", SKIP, "re-runs not requested (--no-rerun): the inputs were "
+                                                            "recomputed instead (inputs_now)"))
+        return report
+    if store is None:
+        raise ValueError("re-runs need a results folder (store)")
+    seen: set[str] = set()
+    for result, manifest in zip(recorded.results, recorded.manifests, strict=True):
+        config_id = result.config.config_id
+        if config_id in seen:  # one re-run per configuration, compared with its first repeat
+            continue
+        seen.add(config_id)
+        if manifest is None:
+            report.checks.append(Check(config_id, "rerun", FAIL, "no manifest recorded: cannot re-run"))
+            continue
+        if result.status != FINISHED:
+            report.checks.append(Check(config_id, "rerun", SKIP, f"recorded run {result.status}: nothing to compare"))
+            continue
+        try:
+            config = config_from_manifest(manifest)
+        except ConfigError as exc:
+            report.checks.append(Check(config_id, "rerun", FAIL, f"the manifest's config cannot run: {exc}"))
+            continue
+        new = launch(config, store, progress, command=["suite", "audit", target])
+        store.record(new)
+        new_manifest = store.manifest_of(new) or {}
+        rerun_record = record_of(new, new_manifest or None, label=" (re-run)")
+        report.checks += [*check_batch_size([rerun_record]), *check_loader([rerun_record])]
+        report.checks += compare_rerun(result, manifest, new, new_manifest, throughput_tolerance, loss_rtol,
+                                       recorded_repeats(config_id, recorded.scores))
+    return report
+
+
+def log_audit_to_mlflow(report: AuditReport, gateway: Any, experiment: str, artifact: Path) -> str:
+    """Record the audit as an MLflow run linked to the audited runs (:func:`suite.tracking.side_runs.log_audit`);
+    returns its run id."""
+    from suite.tracking.side_runs import log_audit
+
+    counts = {v: sum(c.verdict == v for c in report.checks) for v in (PASS, FAIL, INCONCLUSIVE, WARN, SKIP)}
+    return log_audit(gateway, experiment, report, counts, _verdicts_by_check(report.checks), artifact)

@@ -1,0 +1,68 @@
+"""The ``suite`` parser and entry point: each subcommand names its handler with ``set_defaults(func=...)``."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Sequence
+
+from suite.cli import inspect, measure, records
+from suite.errors import SuiteError
+from suite.text import visible
+
+DESCRIPTION = """`suite run` with no arguments runs the default CPU matrix (tiny BridgeTower preset, synthetic
+New-Yorker-like data, ``dataloader_num_workers`` 0, 1, 2) into a local MLflow store (``./mlflow.db``)
+and a new results folder. ``suite list`` shows workloads, presets and devices; ``suite audit`` re-runs a
+recorded matrix and checks it; ``suite compare`` sets configurations side by side and beside published results;
+``suite report`` writes one shareable page of a matrix; ``suite recover`` / ``suite upload`` finish what a crash
+left and record a folder into MLflow."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI parser."""
+    parser = argparse.ArgumentParser(prog="suite", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    measure.add_parsers(sub)
+    records.add_parsers(sub)
+    inspect.add_parsers(sub)
+    return parser
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the running configuration is recorded as KILLED."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import time
+
+    # where a matrix's wall time starts: this process's start when `suite` is the program, else this call
+    started_at = time.time()
+    if argv is None:
+        from suite.meters.setup import process_started_at
+
+        started_at = process_started_at()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    args.started_at = started_at
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return args.func(args, argv)
+    except SuiteError as exc:
+        print(f"suite: error: {visible(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        print("suite: interrupted; every ended configuration and the interrupted one are in results.json "
+              "and MLflow", file=sys.stderr)
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, Terminated):  # launch wraps it to carry a result
+            cause = cause.__cause__
+        return 143 if cause is not None else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
