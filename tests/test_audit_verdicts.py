@@ -158,7 +158,7 @@ def test_the_audit_verdict_has_three_outcomes_and_an_exit_status_each(tmp_path):
 
 @pytest.mark.mechanics
 def test_a_contended_run_says_so_on_the_terminal_with_what_to_do(capsys):
-    from suite.cli.display import print_results_table
+    from suite.cli.tables import print_results_table
 
     print_results_table([_run(_steps(), contended=True), _run(_steps(seed=3))])
     err = capsys.readouterr().err

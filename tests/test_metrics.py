@@ -7,7 +7,7 @@ import pytest
 
 from suite.config import RunConfig
 from suite.devices.cpu import CPUAdapter
-from suite.run.process import _train
+from suite.run.training import train as _train
 from suite.results.record import RunResult, StepStats
 from suite.meters.timing import StepTimer, StepTiming
 from suite.workload import Workload

@@ -201,7 +201,8 @@ def test_four_runners_share_one_fresh_sqlite_store_and_every_run_is_there(tmp_pa
 def test_recover_leaves_out_a_dead_run_without_a_readable_configuration_and_says_so(tmp_path, config_text):
     """A run folder whose process is gone with no result and no usable config.json: nothing to record it as (a
     record holds a typed configuration); `suite recover` names it and records nothing false."""
-    from suite.results.store import MatrixInfo, ResultsStore, RunFiles
+    from suite.results.files import MatrixInfo, RunFiles
+    from suite.results.store import ResultsStore
     from suite.tracking.upload import repair
 
     store = ResultsStore.create(tmp_path / "out", MatrixInfo(name="m", workload="bridgetower",

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 
 from suite.cli import main
-from suite.config import RunConfig, param_text
+from suite.config import RunConfig
+from suite.config import param_text
 from suite.errors import ResultsFolderError
 from suite.results.record import FAILED, FINISHED, KILLED, RunResult
-from suite.results.store import MatrixInfo, ResultsStore
+from suite.results.files import MatrixInfo
+from suite.results.store import ResultsStore
 from suite.tracking.base import Recorder
 
 pytestmark = pytest.mark.mechanics
@@ -143,7 +145,7 @@ def test_an_output_that_cannot_be_a_folder_is_one_line(tmp_path, make, message):
 
 
 def test_paths_inside_the_folder_are_relative_and_a_copied_folder_reads_its_own_manifest(tmp_path):
-    from suite.results.store import RunFiles
+    from suite.results.files import RunFiles
 
     store = ResultsStore.create(tmp_path / "a", _matrix())
     files = store.run_files("r1")

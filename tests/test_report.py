@@ -14,9 +14,11 @@ import pytest
 from suite.analysis.compare import rows_from_results
 from suite.analysis.published import align, load_reference, measured_table, reference_table
 from suite.cli import main
-from suite.config import RunConfig, short_labels
+from suite.config import RunConfig
+from suite.config.labels import short_labels
 from suite.results.record import FAILED, FINISHED, RunResult
-from suite.results.store import MatrixInfo, ResultsStore
+from suite.results.files import MatrixInfo
+from suite.results.store import ResultsStore
 from suite.tracking.metric_names import mlflow_metrics, mlflow_name, suite_metrics, suite_name
 from suite.report import write_report
 from suite.report.browser import find_chromium, rendered_dom, screenshot
@@ -246,7 +248,7 @@ def test_mlflow_info_lines_stay_out_of_the_progress_display(capsys):
 
 def test_reasons_with_brackets_are_shown_as_they_are(capsys):
     """gloo's reasons carry "[.../pair.cc:553]", which rich would read as a closing markup tag."""
-    from suite.cli.display import print_results_table
+    from suite.cli.tables import print_results_table
 
     reason = "RuntimeError: [/__w/pytorch/third_party/gloo/transport/tcp/pair.cc:553] Connection closed by peer"
     print_results_table([RunResult(config=BASE, status=FAILED, reason=reason)])

@@ -13,7 +13,8 @@ import pytest
 
 from suite.config import RunConfig
 from suite.results.record import FINISHED
-from suite.results.store import MatrixInfo, ResultsStore
+from suite.results.files import MatrixInfo
+from suite.results.store import ResultsStore
 from suite.run.launch import Standby, launch
 from suite.meters.setup import SETUP_PHASES, SetupClock, metric_name
 

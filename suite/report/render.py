@@ -14,7 +14,8 @@ from typing import Sequence
 
 from suite.analysis.compare import THROUGHPUT, Row
 from suite.analysis.published import Alignment
-from suite.config import LABEL_AXES, param_text
+from suite.config import param_text
+from suite.config.labels import LABEL_AXES
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.report.charts import Bar, Chart, grouped_bars, memory_bars
 from suite.report.content import ReportContent

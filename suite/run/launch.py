@@ -1,7 +1,7 @@
 """Launch one configuration in a fresh process and collect its result.
 
 The configuration process (:mod:`suite.run.process`) gets its own run folder in the results folder
-(``runs/<name>/``, see :class:`suite.results.store.RunFiles`) with ``config.json`` and ``run.json`` (its run uid,
+(``runs/<name>/``, see :class:`suite.results.files.RunFiles`) with ``config.json`` and ``run.json`` (its run uid,
 repeat and the command line, for its manifest). While it runs, this process samples its host RAM (the process
 and its loader workers) and turns its events into progress; its stderr and any plain output become ``run.log``.
 The result arrives as the child's last event (so a full disk cannot lose it), else from its result.json, else
@@ -20,7 +20,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
@@ -29,9 +28,10 @@ from suite.errors import RecordingError, ResultsFolderError
 from suite.events import LAUNCHED_AT_ENV
 from suite.events import parse as parse_event
 from suite.meters.host_ram import HostRamSampler
+from suite.results.files import RunFiles
 from suite.results.manifest import build_manifest
 from suite.results.record import FAILED, FINISHED, WORKER_NODE, RunResult
-from suite.results.store import ResultsStore, RunFiles
+from suite.results.store import ResultsStore
 
 PROCESS_MODULE = "suite.run.process"
 LOG_TAIL_LINES = 20
@@ -66,14 +66,6 @@ class NoProgress:
 
     def config_ended(self, result: RunResult) -> None:
         pass
-
-
-def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with open(path, errors="replace") as fh:
-            return "".join(deque(fh, maxlen=lines)).strip()
-    except OSError:
-        return ""
 
 
 def _exit_description(returncode: int) -> str:
@@ -147,20 +139,14 @@ def _kill_group(proc: subprocess.Popen, timed_out: threading.Event) -> None:
 
 
 def _read_result(files: RunFiles) -> RunResult | None:
-    from suite.results.store import validate_result
-
-    if not files.result.is_file():
-        return None
     try:
-        import json
-
-        return validate_result(json.loads(files.result.read_text()), str(files.result))
-    except (OSError, ValueError, ResultsFolderError):
+        return files.read_result()
+    except ResultsFolderError:
         return None
 
 
 def _validated(received: dict[str, Any] | None, files: RunFiles) -> RunResult | None:
-    from suite.results.store import validate_result
+    from suite.results.files import validate_result
 
     if received is None:
         return None
@@ -373,11 +359,11 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
                            reason=f"timed out after {timeout_s:g} s (--timeout); the configuration and its loader "
                                   "workers were killed")
     if result is None:
-        tail = _log_tail(files.log)
+        tail = files.read_log_tail(LOG_TAIL_LINES)
         last = tail.splitlines()[-1] if tail else ""
         reason = _exit_description(returncode) + (f"; last log line: {last}" if last else "")
         if config.nproc_per_node > 1 or config.nnodes > 1:
-            reason = _torchrun_failure(_log_tail(files.log, 120)) or reason
+            reason = _torchrun_failure(files.read_log_tail(120)) or reason
         result = RunResult(config=config, status=FAILED, reason=reason, started_at=started,
                            ended_at=time.time())
     result.repeat, result.run_uid = repeat, run_uid

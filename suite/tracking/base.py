@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 from suite.analysis.scoring import ConfigScore
 from suite.config import RunConfig
+from suite.results.files import MatrixInfo
 from suite.results.record import RunResult
-from suite.results.store import MatrixInfo
 
 
 class Recorder(ABC):

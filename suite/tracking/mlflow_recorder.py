@@ -16,9 +16,10 @@ from typing import Any, Sequence
 
 from suite.analysis.scoring import ConfigScore
 from suite.analysis.summary import summary_line
-from suite.config import RunConfig, short_labels
+from suite.config import RunConfig
+from suite.config.labels import short_labels
+from suite.results.files import MatrixInfo, RunFiles
 from suite.results.record import RUNNING, RunResult
-from suite.results.store import MatrixInfo, RunFiles
 from suite.text import markdown_literal
 from suite.tracking import mlflow_gateway as tags_
 from suite.tracking.base import Recorder

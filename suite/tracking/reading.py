@@ -15,9 +15,9 @@ from suite.analysis.scoring import ConfigScore
 from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.fileio import read_record_text
+from suite.results.files import read_results_file, read_scores_file, validate_result
 from suite.results.manifest import MANIFEST_FILE, load_manifest
 from suite.results.record import FINISHED, RunResult
-from suite.results.store import read_results_file, read_scores_file, validate_result
 from suite.tracking import mlflow_gateway as tags
 from suite.tracking.metric_names import suite_metrics
 

@@ -18,17 +18,15 @@ Both steps are idempotent.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.analysis.scoring import ConfigScore
-from suite.config import RunConfig
 from suite.errors import ResultsFolderError, SuiteError
-from suite.fileio import read_record_text
+from suite.results.files import RunFiles, read_rescue, rescued_manifests
 from suite.results.record import KILLED, RUNNING, RunResult
-from suite.results.store import ResultsStore, RunFiles, read_rescue, rescued_manifests
+from suite.results.store import ResultsStore
 from suite.tracking.mlflow_gateway import MlflowGateway, check_reachable, default_tracking_uri, normalize_uri
 from suite.tracking.mlflow_recorder import MlflowRecorder
 
@@ -63,12 +61,7 @@ def _process_alive(pid: object, files: RunFiles) -> bool:
 def _incomplete_manifest(folder: Path) -> bool:
     """Whether a run folder lacks its complete manifest (none, an unreadable one, or the one written before the
     run)."""
-    from suite.results.manifest import COMPLETE
-
-    try:
-        return json.loads(read_record_text(folder / "manifest.json")).get("stage", COMPLETE) != COMPLETE
-    except (OSError, ValueError, AttributeError):
-        return True
+    return not RunFiles(folder.parent.parent, folder.name).manifest_complete()
 
 
 def repair(store: ResultsStore, rescue: Path | None = None) -> tuple[list[str], list[str]]:
@@ -114,7 +107,7 @@ def repair(store: ResultsStore, rescue: Path | None = None) -> tuple[list[str], 
                 still_running.append(files.name)
                 continue
             try:
-                config = RunConfig.from_dict(json.loads(read_record_text(files.config)))
+                config = files.read_config()
             except (OSError, ValueError, SuiteError) as exc:  # no config.json, or not one: nothing to record it as
                 notes.append(f"left {files.name} out: started, no result, and no readable configuration "
                              f"({' '.join(str(exc).split())[:200]})")

@@ -1,0 +1,279 @@
+"""Running a matrix from the command line: the spec from the options, the devices refused before anything starts, the
+results folder and MLflow recorder, the report at the end, the dry run, and the exit status."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from suite.analysis.summary import timing_line
+from suite.cli.display import PlainProgress, RichProgress, stamp
+from suite.cli.tables import print_results_table, print_scores_table
+from suite.config import MatrixSpec, RunConfig, param_text
+from suite.errors import ConfigError, SuiteError
+from suite.results.record import FINISHED, dataset_warning
+from suite.text import visible
+
+
+def spec_from_args(args: argparse.Namespace) -> MatrixSpec:
+    from suite.registry import load_workload
+
+    preset = args.preset or load_workload(args.workload).default_preset
+    return MatrixSpec.from_dict(dict(
+        workload=args.workload, preset=preset, devices=args.devices, workers=args.workers,
+        loaders=args.loaders, precisions=args.precisions, engines=getattr(args, "engines", ("suite",)),
+        steps=args.steps, warmup_steps=args.warmup_steps, seed=args.seed, batch_size=args.batch_size,
+        dataset=args.dataset, weights=getattr(args, "weights", None), tokenizer=getattr(args, "tokenizer", "auto"),
+        skip_bad_samples=getattr(args, "skip_bad_samples", False),
+        nproc_per_node=getattr(args, "nproc_per_node", 1), prefetch_factor=getattr(args, "prefetch_factor", None),
+        nnodes=getattr(args, "nnodes", 1), rdzv_endpoint=getattr(args, "rdzv_endpoint", None),
+        max_image_pixels=args.max_image_pixels, max_image_bytes=args.max_image_bytes,
+        max_caption_bytes=getattr(args, "max_caption_bytes", None),
+        loader_memory_gib=getattr(args, "loader_memory_gib", None),
+        allow_outside_links=args.allow_outside_links, timeout_s=args.timeout_s, loader_timeout_s=args.loader_timeout_s,
+        eval_every=args.eval_every, target_quality=args.target_quality, max_steps=args.max_steps,
+        submission_org=args.submission_org, submission_platform=args.submission_platform,
+        submission_division=args.submission_division, clear_caches=args.clear_caches))
+
+
+@dataclasses.dataclass
+class MatrixRun:
+    outcome: Any
+    store: Any  # the results folder, still locked: the caller adds its own files, then releases it
+    tracking_uri: str
+    recorder: Any
+    where: dict[str, Any]
+
+
+def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: argparse.Namespace,
+                 argv: Sequence[str], kind: str = "matrix") -> MatrixRun:
+    """Run ``configs`` (default: the matrix of ``spec``) into a new results folder and MLflow; print tables.
+    Everything is validated before the folder is created; the folder stays locked in the returned run."""
+    from suite.meters.setup import process_started_at
+    from suite.run.matrix import resolve, run_matrix, start_first
+    from suite.tracking.mlflow_gateway import MlflowGateway, check_reachable, default_tracking_uri
+    from suite.tracking.mlflow_recorder import MlflowRecorder
+
+    started_at = getattr(args, "started_at", None) or process_started_at()
+    workload_cls, resolved = resolve(spec)
+    if configs is not None:  # same resolution (batch size from the preset) for a hand-made list
+        resolved = [dataclasses.replace(c, batch_size=resolved[0].batch_size) for c in configs]
+    memory_limit = getattr(args, "memory_limit", None)
+    if memory_limit:
+        from suite.registry import load_device
+
+        for device in spec.devices:
+            if not load_device(device).address_space_limit_ok:
+                raise ConfigError(f"--memory-limit caps the address space (RLIMIT_AS), which the {device} driver "
+                                  "reserves far beyond the memory a process uses (the CUDA driver maps about twice "
+                                  "the GPU memory): every configuration would fail 'out of memory' falsely; leave "
+                                  f"--memory-limit out for device {device}")
+    refuse_unavailable_devices(spec.devices)
+    # the first configurations' processes start now: their imports overlap the checks and MLflow's set-up below
+    first = start_first(resolved, getattr(args, "repeats", 1), int(memory_limit * 2**30) if memory_limit else None) \
+        if getattr(args, "start_ahead", True) else []
+    try:
+        tracking_uri = args.tracking_uri or default_tracking_uri()
+        check_reachable(tracking_uri)
+        store = _create_store(spec, workload_cls, resolved, args, argv, kind, tracking_uri, memory_limit)
+    except BaseException:
+        for process in first:
+            process.cancel()
+        raise
+    info, output = store.matrix_info, store.root
+    try:
+        recorder = MlflowRecorder(MlflowGateway(tracking_uri), args.experiment,
+                                  system_metrics_interval_s=args.system_metrics_interval or None)
+        display = PlainProgress() if args.no_progress else RichProgress(len(resolved) * info.repeats,
+                                                                        _history(tracking_uri, resolved, info.repeats))
+        print(f"suite: {len(resolved)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
+        with display:
+            handed, first = first, []  # run_matrix owns them from here
+            outcome = run_matrix(resolved, store, [recorder], display, start_ahead=getattr(args, "start_ahead", True),
+                                 started_at=started_at, started=handed)
+    except BaseException:
+        for process in first:
+            process.cancel()
+        store.release()
+        raise
+    print_results_table(outcome.results)
+    print(timing_line(outcome.results, outcome.timing), file=sys.stderr)
+    changed = dataset_warning(info.dataset_changes)  # run_matrix grouped the runs by the data they read
+    if changed:
+        print(f"suite: warning: {visible(changed)}", file=sys.stderr)
+    if info.repeats > 1:
+        print_scores_table(outcome.scores)
+    where = {"results": str(store.root / "results.json"), **recorder.describe()}
+    report = _write_report(store.root, recorder, outcome) if getattr(args, "report", True) else None
+    if report is not None:
+        where["report"] = str(report)
+    for error in outcome.recorder_errors:
+        print(f"suite: error: {error}\nsuite: the results folder holds every run; record them into MLflow with: "
+              f"suite upload {output} --tracking-uri {tracking_uri}", file=sys.stderr)
+    if outcome.recording_error is not None:
+        kept = (f"{len(outcome.results)} run(s) kept in {outcome.rescue_file}; after freeing space: "
+                f"suite recover {output} --from {outcome.rescue_file}") if outcome.rescue_file else \
+            "no place could take a rescue copy either: the runs are printed below as JSON"
+        print(f"suite: error: {outcome.reason}; {kept}", file=sys.stderr)
+        if outcome.rescue_file is None:
+            print(json.dumps([r.to_dict() for r in outcome.results]))
+    return MatrixRun(outcome, store, tracking_uri, recorder, where)
+
+
+def refuse_unavailable_devices(devices: Sequence[str]) -> None:
+    """Refuse, before anything is created, a matrix naming a device that is not here: one line with the reason
+    ``suite devices`` gives (asked in a short-lived process: this one must not hold the device its configuration
+    processes need)."""
+    from suite.devices.probe import probe
+
+    absent = {name: a.reason for name, a in probe(devices).items() if not a.available}
+    if absent:
+        raise ConfigError("; ".join(f"device {name!r} is not available here: {reason}"
+                                    for name, reason in absent.items()) + " (see suite devices)")
+
+
+def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunConfig], args: argparse.Namespace,
+                  argv: Sequence[str], kind: str, tracking_uri: str, memory_limit: float | None) -> Any:
+    """The workload's check of its inputs, then the new results folder with the matrix's facts (locked)."""
+    from suite.results.environment import git_state, host_facts, package_versions
+    from suite.results.files import MatrixInfo
+    from suite.results.store import ResultsStore
+    from suite.tracking.mlflow_gateway import normalize_uri
+
+    prepared = dict(workload_cls.prepare(resolved[0]))
+    for warning in prepared.pop("warnings", []):
+        print(f"suite: warning: {visible(warning)}", file=sys.stderr)
+
+    when = stamp()
+    node = f"-node{args.node_rank}" if spec.nnodes > 1 else ""
+    output = args.output or Path("suite-results") / ((when if kind == "matrix" else f"{kind}-{when}") + node)
+    tags = {f"version.{k}": v for k, v in package_versions().items()}
+    tags.update({k: param_text(v) for k, v in git_state().items()})
+    tags.update({f"host.{k}": param_text(v) for k, v in host_facts().items()})
+    params: dict[str, Any] = {k: v for k, v in vars(spec).items()}
+    params["memory_limit_gib"] = getattr(args, "memory_limit", None)
+    params.update({f"prepared.{k}": v for k, v in prepared.items()})
+    name = (f"{spec.workload}-{spec.preset}-{when}" if kind == "matrix" else f"{kind}-{spec.workload}-{when}") + node
+    if spec.nnodes > 1:
+        tags["suite.node_rank"] = str(args.node_rank)
+    info = MatrixInfo(name=name, workload=spec.workload, command=["suite", *argv], kind=kind,
+                      repeats=getattr(args, "repeats", 1),
+                      memory_limit_bytes=int(memory_limit * 2**30) if memory_limit else None,
+                      experiment=args.experiment, tags=tags, params={k: param_text(v) for k, v in params.items()},
+                      tracking_uri=normalize_uri(tracking_uri), matrix_id=getattr(args, "matrix_id", None),
+                      shard="{}/{}".format(*args.shard) if getattr(args, "shard", None) else None)
+    return ResultsStore.create(output, info)
+
+
+def _write_report(folder: Path, recorder: Any, outcome: Any) -> Path | None:
+    """report.html and report.md into the results folder, attached to the MLflow matrix run; a report that cannot
+    be made is a warning (the runs are recorded either way)."""
+    from suite.report import DEFAULT_REFERENCE, mlflow_summary, write_report
+    from suite.report.content import from_folder
+
+    if not any(r.status == FINISHED and not r.recorded_elsewhere for r in outcome.results) \
+            or outcome.recording_error is not None:
+        return None
+    try:
+        content = from_folder(folder, DEFAULT_REFERENCE)
+        files = write_report(content, folder)
+    except SuiteError as exc:
+        print(f"suite: warning: no report: {visible(exc)}", file=sys.stderr)
+        return None
+    if recorder.parent_run_id and not outcome.recorder_errors:
+        try:
+            recorder.attach_report(*mlflow_summary(content), [files.html, files.markdown, *files.images])
+        except Exception as exc:  # noqa: BLE001 - MLflow is optional: the report is in the folder
+            print(f"suite: warning: the report is not attached to MLflow run {recorder.parent_run_id}: "
+                  f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
+    return files.html
+
+
+def _exit_status(run: MatrixRun) -> int:
+    outcome = run.outcome
+    return 0 if outcome.status == FINISHED and not outcome.recorder_errors and not outcome.recording_error else 1
+
+
+# --- commands --------------------------------------------------------------------------------------
+def _history(tracking_uri: str, configs: Sequence[RunConfig], repeats: int) -> Any:
+    """The store's durations of earlier runs of these configurations (see suite.run.estimate), or None."""
+    from suite.run.estimate import estimate
+    from suite.tracking.mlflow_gateway import MlflowGateway
+
+    try:
+        return estimate(configs, MlflowGateway(tracking_uri).finished_durations([c.config_id for c in configs]),
+                        repeats)
+    except SuiteError:
+        return None
+
+
+def _shard_and_matrix_id(spec: MatrixSpec, args: argparse.Namespace) -> list[RunConfig] | None:
+    """This invocation's shard of the matrix (``--shard I/N``; ``None`` without it), and the matrix id that the
+    shards, or the nodes of a multi-node matrix, share (``args.matrix_id``, derived where not given)."""
+    from suite.run.matrix import resolve, shard_of
+
+    if spec.nnodes == 1 and args.shard is None:
+        return None
+    configs = resolve(spec)[1]
+    if spec.nnodes > 1 and not args.matrix_id:  # the nodes' matrix runs share one id: the same options, the same id
+        import hashlib
+
+        identity = json.dumps([spec.rdzv_endpoint, sorted(c.config_id for c in configs)])
+        args.matrix_id = f"nodes-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+    if args.shard is None:
+        return None
+    if not args.matrix_id:
+        job = os.environ.get("SLURM_ARRAY_JOB_ID")
+        if not job:
+            raise ConfigError("--shard needs --matrix-id ID, the same for every shard of the matrix (in a Slurm array "
+                              "job it defaults to slurm-$SLURM_ARRAY_JOB_ID)")
+        args.matrix_id = f"slurm-{job}"
+    return shard_of(configs, *args.shard)
+
+
+def dry_run(spec: MatrixSpec, args: argparse.Namespace, configs: Sequence[RunConfig] | None = None) -> int:
+    """What ``suite run`` would do, created nothing: the configurations, the folder, the store, the duration."""
+    from suite.devices.probe import probe
+    from suite.run.estimate import estimate, format_duration
+    from suite.run.matrix import resolve
+    from suite.tracking.mlflow_gateway import default_tracking_uri, sqlite_path
+
+    configs = list(configs) if configs is not None else resolve(spec)[1]
+    repeats = getattr(args, "repeats", 1)
+    tracking_uri = args.tracking_uri or default_tracking_uri()
+    output = args.output or Path("suite-results") / "<time of the run>"
+    history = _history(tracking_uri, configs, repeats)
+    store_note = "" if history is not None else " (its history could not be read: no estimate)"
+    history = history or estimate(configs, {}, repeats)
+    shard = f" (shard {args.shard[0]}/{args.shard[1]} of matrix {args.matrix_id})" if args.shard else ""
+    print(f"dry run of {len(configs)} configuration(s){shard} x {repeats} repeat(s) of {spec.workload}/{spec.preset}, "
+          f"batch {configs[0].batch_size}, {spec.steps} measured + {spec.warmup_steps} warm-up steps; nothing is "
+          "created")
+    availability = probe(sorted({c.device for c in configs}))
+    for config in configs:
+        seconds, runs = history.per_config[config.config_id], history.history[config.config_id]
+        when = f"{format_duration(seconds)} (median of {runs} earlier run(s))" if seconds is not None else "unknown"
+        absent = availability[config.device]
+        print(f"  {config.describe():<70} {config.config_id}  {when}"
+              + ("" if absent.available else f"  [device unavailable here: {absent.reason}]"))
+    unavailable = sorted(name for name, a in availability.items() if not a.available)
+    if unavailable:
+        print(f"suite run would refuse this matrix: device(s) {', '.join(unavailable)} not available here")
+    database = sqlite_path(tracking_uri)
+    print(f"output: {output}" + (" (exists: suite run would refuse it)" if args.output and output.exists() else ""))
+    print(f"store: {tracking_uri}" + (" (not there yet: suite run creates it)" if database is not None
+                                      and not database.is_file() else "") + store_note)
+    print(f"estimated duration: {history.total_text()}")
+    return 0
+
+
+def _matrix_size(args: argparse.Namespace) -> int:
+    size = getattr(args, "repeats", 1)
+    for axis in ("devices", "workers", "loaders", "precisions", "engines"):
+        size *= len(getattr(args, axis, None) or (None,))
+    return size
