@@ -35,7 +35,7 @@ from workloads.bridgetower.data.bounds import ImageBounds
 from workloads.bridgetower.data.catalog import open_source
 from workloads.bridgetower.data.loader import CaptionedImages
 from workloads.bridgetower.data.validation import scan
-from workloads.bridgetower.workload import decode_on_device
+from workloads.bridgetower.device_decoding import decode_on_device
 
 CASE_SECONDS = 20
 SIZE = 32  # output side of the pipelines here: small, the decoders still see the whole image

@@ -8,7 +8,8 @@ from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning
 from suite.config import RunConfig
 from workloads.bridgetower.presets import LARGE, PRESETS, TINY
 from workloads.bridgetower.tokenizer import build_byte_level_tokenizer
-from workloads.bridgetower.workload import BridgeTowerWorkload, weights_fingerprint
+from workloads.bridgetower.workload import BridgeTowerWorkload
+from workloads.bridgetower.model import weights_fingerprint
 
 from conftest import run_configuration_process
 

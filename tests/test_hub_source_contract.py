@@ -11,7 +11,7 @@ import pytest
 
 from suite.errors import DatasetError
 from workloads.bridgetower.data.catalog import open_source
-from workloads.bridgetower.data.sources import NEWYORKER_CONFIG, NEWYORKER_ID, NEWYORKER_REVISION
+from workloads.bridgetower.data.hub import NEWYORKER_CONFIG, NEWYORKER_ID, NEWYORKER_REVISION
 
 pytestmark = pytest.mark.mechanics  # nothing here depends on the transformers line
 

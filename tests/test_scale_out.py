@@ -55,7 +55,7 @@ def test_a_shard_needs_a_matrix_id_and_a_valid_index(tmp_path, capsys, monkeypat
 
 def test_a_multi_node_configuration_is_its_own_and_needs_an_endpoint():
     from suite.errors import ConfigError
-    from suite.run.launch import launcher_command
+    from suite.run.children import launcher_command
 
     base = _configs((0,), ("cpu",))[0]
     two = dataclasses.replace(base, nnodes=2, rdzv_endpoint="10.0.0.1:29500")
@@ -226,9 +226,9 @@ def test_a_stopped_database_server_is_one_line_within_seconds(tmp_path, postgres
     import psutil
 
     from suite.cli import main
-    from suite.tracking import mlflow_gateway
+    from suite.tracking import stores
 
-    monkeypatch.setattr(mlflow_gateway, "DATABASE_ANSWER_S", 3.0)
+    monkeypatch.setattr(stores, "DATABASE_ANSWER_S", 3.0)
     port = int(postgres.rsplit(":", 1)[1].split("/")[0])
     [server] = [p for p in psutil.process_iter(["name", "cmdline"]) if p.info["name"] == "postgres"
                 and any(f"-p {port}" in arg or arg == str(port) for arg in p.info["cmdline"] or [])][:1] or [None]

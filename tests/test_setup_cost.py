@@ -15,7 +15,8 @@ from suite.config import RunConfig
 from suite.results.record import FINISHED
 from suite.results.files import MatrixInfo
 from suite.results.store import ResultsStore
-from suite.run.launch import Standby, launch
+from suite.run.children import Standby
+from suite.run.launch import launch
 from suite.meters.setup import SETUP_PHASES, SetupClock, metric_name
 
 from workloads.bridgetower.data.sources import ImageFolderSource

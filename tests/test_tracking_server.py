@@ -127,7 +127,8 @@ def test_a_database_store_that_stops_answering_mid_matrix_costs_its_deadline_and
 def test_a_call_past_its_deadline_gives_the_store_up_and_later_calls_fail_at_once(tmp_path, monkeypatch):
     """The gateway's deadline without a server: a stand-in for ``MlflowClient.search_experiments`` that never
     returns (as a stopped database's client library does)."""
-    from suite.tracking.mlflow_gateway import MlflowGateway, TrackingStalled
+    from suite.tracking.mlflow_gateway import MlflowGateway
+    from suite.tracking.deadlines import TrackingStalled
 
     monkeypatch.setenv("SUITE_TRACKING_DEADLINE_S", "0.5")
     gateway = MlflowGateway(f"sqlite:///{tmp_path}/m.db")

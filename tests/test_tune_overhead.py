@@ -105,7 +105,7 @@ def test_bench_overhead_json_compares_the_suite_loop_with_a_bare_loop():
     low, high = figures["overhead_ci95"]
     assert low <= figures["overhead_fraction"] <= high
     parts = figures["decomposition"]
-    from suite.run.overhead import SECTIONS
+    from suite.run.overhead_trackers import SECTIONS
 
     assert set(parts) == {*SECTIONS, "tracker_process"}
     assert all(parts[name]["wall_s_per_step"] >= 0 and parts[name]["cpu_s_per_step"] >= 0 for name in SECTIONS)

@@ -39,7 +39,8 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.cli.display import PlainProgress, RichProgress
     from suite.results.files import MatrixInfo
     from suite.results.store import ResultsStore
-    from suite.tracking.mlflow_gateway import MlflowGateway, normalize_uri
+    from suite.tracking.mlflow_gateway import MlflowGateway
+    from suite.tracking.stores import normalize_uri
 
     if args.calibrate:
         from suite.analysis.equivalence import calibrate

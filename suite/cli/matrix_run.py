@@ -56,8 +56,9 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
     Everything is validated before the folder is created; the folder stays locked in the returned run."""
     from suite.meters.setup import process_started_at
     from suite.run.matrix import resolve, run_matrix, start_first
-    from suite.tracking.mlflow_gateway import MlflowGateway, check_reachable, default_tracking_uri
+    from suite.tracking.mlflow_gateway import MlflowGateway
     from suite.tracking.mlflow_recorder import MlflowRecorder
+    from suite.tracking.stores import check_reachable, default_tracking_uri
 
     started_at = getattr(args, "started_at", None) or process_started_at()
     workload_cls, resolved = resolve(spec)
@@ -143,7 +144,7 @@ def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunCon
     from suite.results.environment import git_state, host_facts, package_versions
     from suite.results.files import MatrixInfo
     from suite.results.store import ResultsStore
-    from suite.tracking.mlflow_gateway import normalize_uri
+    from suite.tracking.stores import normalize_uri
 
     prepared = dict(workload_cls.prepare(resolved[0]))
     for warning in prepared.pop("warnings", []):
@@ -241,7 +242,7 @@ def dry_run(spec: MatrixSpec, args: argparse.Namespace, configs: Sequence[RunCon
     from suite.devices.probe import probe
     from suite.run.estimate import estimate, format_duration
     from suite.run.matrix import resolve
-    from suite.tracking.mlflow_gateway import default_tracking_uri, sqlite_path
+    from suite.tracking.stores import default_tracking_uri, sqlite_path
 
     configs = list(configs) if configs is not None else resolve(spec)[1]
     repeats = getattr(args, "repeats", 1)

@@ -23,9 +23,12 @@ import contextlib
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, ContextManager, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Mapping
 
-from suite.errors import ConfigError, DeviceUnavailableError
+from suite.errors import ConfigError, DeviceUnavailableError, SuiteError
+
+if TYPE_CHECKING:
+    from suite.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -249,3 +252,16 @@ class DeviceAdapter(ABC):
 
             self._decoders[loader] = load_decoder(self.decoders[loader])(self)
         return self._decoders[loader]
+
+
+def prepare_device(config: "RunConfig", adapter: Any) -> None:
+    """Refuse a loader or precision the device does not run (never swap it), then make it deterministic
+    and seed every RNG. Shared by the run process and the pytest plugin."""
+    if config.loader not in adapter.supported_loaders:
+        raise SuiteError(
+            f"loader {config.loader!r} is not supported on {config.device}; "
+            f"supported: {', '.join(adapter.supported_loaders)}"
+        )
+    adapter.autocast(config.precision)  # fails now, not mid-run, if the precision is unsupported
+    adapter.configure_determinism()
+    adapter.seed(config.seed)

@@ -16,7 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from suite.analysis.scoring import ConfigScore, score_repeats
 from suite.config import MatrixSpec, RunConfig
@@ -25,7 +25,9 @@ from suite.meters.setup import process_started_at
 from suite.registry import device_names, load_workload
 from suite.results.record import FAILED, FINISHED, KILLED, RunResult, differing_datasets
 from suite.results.store import ResultsStore
-from suite.run.launch import Interrupted, NoProgress, Progress, Standby, can_start_ahead, launch
+from suite.run.children import Standby, can_start_ahead
+from suite.run.launch import Interrupted, NoProgress, Progress, launch
+from suite.run.recorder_set import RecorderSet
 from suite.tracking.base import Recorder
 
 
@@ -63,50 +65,6 @@ def shard_of(configs: Sequence[RunConfig], index: int, count: int) -> list[RunCo
     ids = sorted({c.config_id for c in configs})
     mine = {config_id for position, config_id in enumerate(ids) if position % count == index}
     return [c for c in configs if c.config_id in mine]
-
-
-class RecorderSet:
-    """Calls every recorder in order; one that fails is switched off for the rest of the matrix, with the
-    failure kept in :attr:`errors` and noted in the run's facts (the results folder holds every run)."""
-
-    def __init__(self, recorders: Sequence[Recorder]) -> None:
-        self._active = list(recorders)
-        self.errors: list[str] = []
-
-    def _call(self, stage: str, call: Callable[[Recorder], None], result: RunResult | None = None) -> None:
-        for recorder in list(self._active):
-            try:
-                call(recorder)
-            except Exception as exc:  # noqa: BLE001 - an optional destination: switched off, never fatal
-                self._active.remove(recorder)
-                recorder.abandon()
-                message = f"{type(recorder).__name__} failed at {stage} and is off for the rest of the matrix: " \
-                          f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"
-                self.errors.append(message)
-                if result is not None:
-                    result.facts.setdefault("recorder_errors", []).append(message)
-
-    def open(self, store: ResultsStore) -> None:
-        self._call("open", lambda r: r.open(store.matrix_info, store.root))
-
-    def plan(self, configs: Sequence[RunConfig]) -> None:
-        self._call("plan", lambda r: r.plan(configs))
-
-    def begin(self, config: RunConfig, repeat: int, run_uid: str) -> None:
-        self._call(f"the start of {config.config_id}", lambda r: r.begin(config, repeat, run_uid))
-
-    def end(self, result: RunResult) -> None:
-        config_id = result.config.config_id
-        self._call(f"the end of {config_id}", lambda r: r.end(result), result)
-
-    def score(self, score: ConfigScore) -> None:
-        self._call(f"the score of {score.config_id}", lambda r: r.score(score))
-
-    def matrix_metrics(self, metrics: dict[str, float]) -> None:
-        self._call("the matrix's timing", lambda r: r.matrix_metrics(metrics))
-
-    def close(self, status: str, reason: str | None) -> None:
-        self._call("close", lambda r: r.close(status, reason))
 
 
 @dataclass

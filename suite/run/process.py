@@ -25,6 +25,7 @@ from typing import Any  # noqa: E402
 from mlperf_logging.mllog import constants  # noqa: E402
 
 from suite.config import RunConfig  # noqa: E402
+from suite.devices.base import prepare_device  # noqa: E402
 from suite.errors import RecordingError, SuiteError  # noqa: E402
 from suite.events import LAUNCHED_AT_ENV, emit  # noqa: E402
 from suite.meters.setup import SetupClock  # noqa: E402
@@ -38,7 +39,6 @@ from suite.run.quality import QualityTracker  # noqa: E402
 from suite.run.ranks import HostGroup, Rank  # noqa: E402
 from suite.run.runlog import RunLog  # noqa: E402
 from suite.run.standby import preload, stderr_into, wait_for_turn  # noqa: E402
-from suite.run.steps import prepare_device  # noqa: E402
 from suite.run.training import (  # noqa: E402
     EmitFn,
     clear_caches,

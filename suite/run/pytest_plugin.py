@@ -54,9 +54,10 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 def run_benchmark(benchmark: Any, config: RunConfig) -> RunResult:
     """Run ``config`` (batch size resolved) in this process under ``benchmark.pedantic``."""
+    from suite.devices.base import prepare_device
     from suite.meters.host_ram import HostRamSampler
     from suite.registry import load_device, load_workload
-    from suite.run.steps import TrainingSteps, prepare_device
+    from suite.run.steps import TrainingSteps
 
     workload_cls = load_workload(config.workload)
     workload_cls.prepare(config)

@@ -1,7 +1,7 @@
 """The suite's step loop, shared by the configuration process, the pytest plugin and bench-overhead.
 
-:func:`prepare_device` refuses what a device does not run and seeds it; :class:`TrainingSteps` times steps one at
-a time with the suite's accounting (data wait, device-synchronized clock, batch-size check, exact loss).
+:class:`TrainingSteps` times steps one at a time with the suite's accounting (data wait, device-synchronized clock,
+batch-size check, exact loss); :func:`suite.devices.base.prepare_device` readies the device first.
 """
 
 from __future__ import annotations
@@ -13,19 +13,6 @@ from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.meters.timing import StepTimer, StepTiming
 from suite.results.record import RunResult, StepStats
-
-
-def prepare_device(config: RunConfig, adapter: Any) -> None:
-    """Refuse a loader or precision the device does not run (never swap it), then make it deterministic
-    and seed every RNG. Shared by the run process and the pytest plugin."""
-    if config.loader not in adapter.supported_loaders:
-        raise SuiteError(
-            f"loader {config.loader!r} is not supported on {config.device}; "
-            f"supported: {', '.join(adapter.supported_loaders)}"
-        )
-    adapter.autocast(config.precision)  # fails now, not mid-run, if the precision is unsupported
-    adapter.configure_determinism()
-    adapter.seed(config.seed)
 
 
 class TrainingSteps:

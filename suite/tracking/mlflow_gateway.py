@@ -20,7 +20,6 @@ as MLflow raised them (the recorder that called is then switched off, see :mod:`
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -29,7 +28,16 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID as PARENT_RUN_ID
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE as RUN_NOTE  # a run's or experiment's description
 
 from suite.config import param_text
-from suite.errors import RecordingError, SuiteError
+from suite.errors import SuiteError
+from suite.tracking.deadlines import _Deadlined
+from suite.tracking.stores import (
+    _first_line,
+    _initialise_sqlite,
+    artifact_location,
+    default_tracking_uri,
+    refuse_links,
+    sqlite_path,
+)
 
 # --- the suite's own tag names ----------------------------------------------------------------------------
 ROLE = "suite.role"  # matrix, configuration, repeat, audit
@@ -47,231 +55,10 @@ COMMAND = "suite.command"
 BOUNDED_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0.5", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
-#: The longest one MLflow call may take (seconds) before the store is given up: longer than MLflow's own bounded
-#: HTTP retries (~35 s), so those answer first with their reason. SUITE_TRACKING_DEADLINE_S overrides it.
-CALL_DEADLINE_S = 60.0
-#: The same for calls that move artifact files (a run folder, a report), which may be slow on a slow network.
-ARTIFACT_DEADLINE_S = 600.0
-
 _BATCH_METRICS = 1000  # MLflow's log_batch limits
 _BATCH_PARAMS = 100
 _BATCH_TAGS = 100
 _PAGE = 1000
-_SQLITE = "sqlite:///"
-
-
-def default_tracking_uri() -> str:
-    """``$MLFLOW_TRACKING_URI`` if set, else an embedded sqlite store ``./mlflow.db``."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"{_SQLITE}{Path.cwd() / 'mlflow.db'}"
-
-
-def normalize_uri(uri: str) -> str:
-    """One spelling per store: a sqlite database by its absolute path, a server without a trailing slash."""
-    if uri.startswith(_SQLITE):
-        return _SQLITE + str(Path(uri[len(_SQLITE):]).expanduser().resolve())
-    return uri.rstrip("/")
-
-
-def sqlite_path(uri: str) -> Path | None:
-    return Path(uri[len(_SQLITE):]) if uri.startswith(_SQLITE) else None
-
-
-def artifact_location(tracking_uri: str, experiment: str) -> str | None:
-    """Artifacts of a local sqlite store go beside the database file (``mlartifacts/``), not into the current
-    folder; a tracking server decides for itself (``None``)."""
-    database = sqlite_path(tracking_uri)
-    if database is None:
-        return None
-    return (database.parent / "mlartifacts" / experiment).resolve().as_uri()
-
-
-#: Tracking URI schemes the suite records into: an sqlite file, a tracking server, a database server.
-STORE_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql")
-
-
-def check_tracking_uri(uri: str) -> None:
-    """Refuse, in one line, a tracking URI that would lose the records or that MLflow would answer with a traceback:
-    an in-memory sqlite store (gone when the process ends), a scheme the suite does not record into (``file:``,
-    ``ftp:``...), a database server whose host does not resolve (a DNS failure is not transient: MLflow would retry
-    it for minutes)."""
-    import socket
-    import urllib.parse
-
-    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
-    if scheme not in STORE_SCHEMES:
-        raise SuiteError(f"tracking URI {uri!r}: the suite records into sqlite:///PATH, an MLflow server "
-                         "(http[s]://HOST:PORT) or a database server (postgresql://, mysql://, mssql://), not "
-                         f"{scheme + ':' if scheme else 'a plain path'}" + (" (MLflow's file store: use "
-                                                                            "sqlite:///PATH/mlflow.db)"
-                                                                            if scheme == "file" else ""))
-    if scheme == "sqlite":
-        path = uri[len("sqlite:"):].lstrip("/")
-        if not path or path == ":memory:" or "mode=memory" in uri:
-            raise SuiteError(f"tracking URI {uri!r} is an in-memory database: every record would vanish when the "
-                             "run ends; give a file (sqlite:///PATH/mlflow.db)")
-        return
-    parts = urllib.parse.urlsplit(uri)
-    host = parts.hostname
-    if host:
-        try:
-            socket.getaddrinfo(host, None)
-        except socket.gaierror as exc:
-            raise SuiteError(f"tracking URI {uri!r}: host {host!r} does not resolve ({exc.strerror}); a name that "
-                             "does not resolve is not a transient failure: check the host name") from None
-    if scheme in DATABASE_PORTS and host:
-        _check_database_answers(uri, host, parts.port or DATABASE_PORTS[scheme], scheme)
-
-
-#: Database servers' default ports, and the bytes a live one answers first.
-DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306}
-#: How long a database server may take to answer its first bytes before the run is refused.
-DATABASE_ANSWER_S = 10.0
-
-
-def _check_database_answers(uri: str, host: str, port: int, scheme: str) -> None:
-    """Refuse a database server that does not answer within :data:`DATABASE_ANSWER_S`: a stopped (or hung) server
-    still accepts TCP connections (the kernel queues them), and MLflow would wait on it for minutes. PostgreSQL answers
-    an SSLRequest with one byte (``S`` or ``N``); MySQL greets every connection first."""
-    import socket
-
-    what = f"tracking URI {uri!r}: the {scheme} server at {host}:{port}"
-    try:
-        with socket.create_connection((host, port), timeout=DATABASE_ANSWER_S) as connection:
-            connection.settimeout(DATABASE_ANSWER_S)
-            if scheme == "postgresql":
-                connection.sendall((8).to_bytes(4, "big") + (80877103).to_bytes(4, "big"))  # SSLRequest
-            if not connection.recv(1):
-                raise SuiteError(f"{what} closed the connection without answering")
-    except socket.timeout:
-        raise SuiteError(f"{what} accepts connections but does not answer within {DATABASE_ANSWER_S:g} s (stopped "
-                         "or overloaded); nothing was recorded") from None
-    except OSError as exc:
-        raise SuiteError(f"{what} is unreachable ({exc.strerror or exc}); start it or pass another "
-                         "--tracking-uri") from None
-
-
-def refuse_links(folder: Path) -> None:
-    """Raise :class:`SuiteError` naming the first entry of ``folder`` (recursively) that is a symbolic link, or that
-    is neither a regular file nor a folder (a FIFO, a socket, a device)."""
-    import stat
-
-    for root, folders, files in os.walk(folder, followlinks=False):
-        for name in sorted(folders + files):
-            path = Path(root) / name
-            mode = os.lstat(path).st_mode
-            if stat.S_ISLNK(mode):
-                raise SuiteError(f"{path} is a symbolic link (to {os.readlink(path)}): not uploaded; only regular "
-                                 "files inside the results folder are recorded")
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                raise SuiteError(f"{path} is not a regular file: not uploaded")
-
-
-def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
-    """Fail before anything runs when the tracking URI is not one to record into (:func:`check_tracking_uri`) or an
-    HTTP tracking server does not answer its health check."""
-    check_tracking_uri(uri)
-    if not uri.startswith(("http://", "https://")):
-        return
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as response:
-            if response.status != 200:
-                raise SuiteError(f"MLflow tracking server {uri} answered /health with HTTP {response.status}")
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise SuiteError(f"MLflow tracking server {uri} is unreachable ({reason}); start it or pass another "
-                         "--tracking-uri") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    message = getattr(exc, "message", None) or str(exc)
-    return (message.strip().splitlines() or [type(exc).__name__])[0]
-
-
-def _initialise_sqlite(uri: str, database: Path) -> None:
-    """Create the store's tables under a file lock and switch the database to WAL journaling."""
-    import sqlite3
-
-    from filelock import FileLock
-    from mlflow.tracking import MlflowClient
-
-    database.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(database) + ".lock", timeout=120):
-        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates or migrates the tables
-        with sqlite3.connect(database, timeout=60) as connection:
-            if connection.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                connection.execute("PRAGMA journal_mode=WAL")
-
-
-class TrackingStalled(RecordingError):
-    """The tracking store did not answer a call in time (or an earlier one): given up for this process."""
-
-
-def call_deadline_s() -> float:
-    text = os.environ.get("SUITE_TRACKING_DEADLINE_S", "")
-    try:
-        value = float(text) if text else CALL_DEADLINE_S
-    except ValueError:
-        raise SuiteError(f"SUITE_TRACKING_DEADLINE_S must be a number of seconds, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise SuiteError(f"SUITE_TRACKING_DEADLINE_S must be a positive number of seconds, got {text!r}")
-    return value
-
-
-class _Deadlined:
-    """An ``MlflowClient`` whose every method runs in a daemon thread of its own and is abandoned after its deadline
-    (``threading`` rather than a pool: a call that never returns must not hold a pool's worker, nor the interpreter's
-    exit). A missed deadline, or MLflow's own HTTP read timeouts, give the store up: every later call raises
-    :class:`TrackingStalled` at once with the first reason, instead of waiting again."""
-
-    def __init__(self, client: Any, uri: str) -> None:
-        self._client, self._uri = client, uri
-        self._deadline_s = call_deadline_s()
-        self._given_up: str | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._client, name)
-        if not callable(method):
-            return method
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self._call(name, method, args, kwargs)
-
-        return call
-
-    def _call(self, name: str, method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if self._given_up is not None:
-            raise TrackingStalled(self._given_up)
-        outcome: dict[str, Any] = {}
-        finished = threading.Event()
-
-        def target() -> None:
-            try:
-                outcome["value"] = method(*args, **kwargs)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
-                outcome["error"] = exc
-            finally:
-                finished.set()
-
-        threading.Thread(target=target, name=f"mlflow-{name}", daemon=True).start()
-        deadline = ARTIFACT_DEADLINE_S if "artifact" in name else self._deadline_s
-        if not finished.wait(deadline):
-            self._given_up = (f"the MLflow tracking store {self._uri} did not answer {name} within {deadline:g} s "
-                              "(stopped, hung or overloaded); nothing more is sent to it from this process")
-            raise TrackingStalled(self._given_up)
-        error = outcome.get("error")
-        if error is None:
-            return outcome["value"]
-        if "Read timed out" in str(error):  # MLflow's bounded HTTP retries, every one timed out
-            timeout = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", "120")
-            tries = int(os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "7")) + 1
-            self._given_up = (f"the MLflow tracking server {self._uri} accepted {name} but did not answer within "
-                              f"{timeout} s, {tries} times (stopped, hung or overloaded); nothing more is sent to it "
-                              "from this process")
-            raise TrackingStalled(self._given_up) from None
-        raise error
 
 
 class MlflowGateway:

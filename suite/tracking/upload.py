@@ -27,8 +27,9 @@ from suite.errors import ResultsFolderError, SuiteError
 from suite.results.files import RunFiles, read_rescue, rescued_manifests
 from suite.results.record import KILLED, RUNNING, RunResult
 from suite.results.store import ResultsStore
-from suite.tracking.mlflow_gateway import MlflowGateway, check_reachable, default_tracking_uri, normalize_uri
+from suite.tracking.mlflow_gateway import MlflowGateway
 from suite.tracking.mlflow_recorder import MlflowRecorder
+from suite.tracking.stores import check_reachable, default_tracking_uri, normalize_uri
 
 PROCESS_MODULE = "suite.run.process"
 

@@ -251,8 +251,8 @@ def training_comparison(workload_class: type, dataset: str | None, steps: int,
     closed pipeline and with the open one (same seed, same samples; each evaluated through its own pipeline on the
     held-out pairs): eval_accuracy reached, and the losses at the end."""
     from suite.config import RunConfig
+    from suite.devices.base import prepare_device
     from suite.devices.cpu import CPUAdapter
-    from suite.run.steps import prepare_device
 
     config = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=0, loader="cpu-fast",
                        precision="fp32", batch_size=8, steps=steps, warmup_steps=0, dataset=dataset)

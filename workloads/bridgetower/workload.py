@@ -8,56 +8,24 @@ autocast when that precision is requested.
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 import torch
 
 from suite.config import RunConfig
-from suite.errors import DatasetError, SuiteError
 from suite.workload import Workload
 
-from workloads.bridgetower.data.bounds import DecodeBudget, ImageBounds
-from workloads.bridgetower.data.catalog import held_out_split, open_source
+from workloads.bridgetower import inputs
+from workloads.bridgetower.data.bounds import DecodeBudget
+from workloads.bridgetower.data.catalog import held_out_split
 from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE, CaptionedImages, endless, make_loader
 from workloads.bridgetower.data.sources import ImageCaptionSource
+from workloads.bridgetower.device_decoding import DecodeFallbacks, decode_on_device
 from workloads.bridgetower.evaluation import embed_pairs, retrieval_recall
-from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD, preprocess_image
+from workloads.bridgetower.model import build_for_training
+from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD
 from workloads.bridgetower.presets import PRESETS, PUBLISHED_RECIPE, BridgeTowerPreset
-from workloads.bridgetower.tokenizer import resolve_tokenizer, stand_in_name, tokenize_captions, tokenizer_fingerprint
-
-
-def decode_on_device(device: Any, encoded: list[bytes], names: list[str] | None, image_size: int,
-                     loader: str, kinds: list[str] | None = None) -> tuple[torch.Tensor, Any, dict[int, str]]:
-    """A batch of encoded images decoded on the device by the decoder that serves ``loader`` there
-    (:mod:`suite.decoders`), then, unless the decoder preprocesses itself, the reference preprocessing on the device.
-    Images the decoder refuses by their header (``kinds``, :meth:`suite.imaging.ImageKind.spelled`, read by the loader
-    workers) or fails on are decoded on the host and preprocessed the reference way (:mod:`suite.decoders.fallback`).
-    Returns (pixel values, the decoder, {image index: why it was decoded on the host}). A failure is a
-    :class:`DatasetError` naming the image (when the decoder says which) or the batch's images."""
-    from suite.decoders.base import DecodeError
-    from suite.decoders.fallback import decode_with_fallback
-    from suite.imaging import ImageKind
-
-    decoder = device.decoder_for(loader)
-    headers = [ImageKind.parse(k) for k in kinds] if kinds else [ImageKind.of(data) for data in encoded]
-    try:
-        done = decode_with_fallback(decoder, encoded, headers, image_size, CLIP_MEAN, CLIP_STD,
-                                    lambda image: preprocess_image(device.to_device(image), image_size))
-        return torch.stack(done.pixels), decoder, done.fallbacks
-    except SuiteError:
-        raise
-    except Exception as exc:  # a decoder's error, re-raised naming what it was decoding
-        names = list(names or [])
-        culprit = exc.image_index if isinstance(exc, DecodeError) else None
-        if culprit is not None and culprit < len(names):
-            what = f"image {names[culprit]}"
-        else:
-            what = "the batch of " + (", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-                                      if names else f"{len(encoded)} images")
-        raise DatasetError(f"cannot decode {what} on the device with {decoder.name}: {type(exc).__name__}: "
-                           f"{' '.join(str(exc).split())[:300]}") from exc
+from workloads.bridgetower.tokenizer import resolve_tokenizer, tokenize_captions, tokenizer_fingerprint
 
 
 def _world_size() -> int:
@@ -65,147 +33,26 @@ def _world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def image_bounds(config: RunConfig) -> ImageBounds:
-    """The image bounds a configuration asks for (--max-image-pixels, --max-image-bytes; defaults otherwise), every
-    stage of the preset's preprocessing included (its output size)."""
-    return ImageBounds.of(config.max_image_pixels, config.max_image_bytes, PRESETS[config.preset].image_size)
-
-
-def build_model(preset: BridgeTowerPreset, weights: str | None) -> Any:
-    """Pretrained weights from ``weights`` (local path or hub id) if given, else random init of the preset."""
-    from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning
-
-    if weights:
-        try:
-            return BridgeTowerForContrastiveLearning.from_pretrained(weights)
-        except Exception as exc:  # re-raised with context
-            raise SuiteError(f"cannot load weights {weights!r}: {type(exc).__name__}: "
-                             f"{' '.join(str(exc).split())[:300]}") from exc
-    return BridgeTowerForContrastiveLearning(BridgeTowerConfig(**preset.model_config))
-
-
-def initial_model(preset: BridgeTowerPreset, weights: str | None) -> Any:
-    """The model a run starts from (after seeding): :func:`build_model` with the text pooler removed, as the reference
-    freezes it (unused by the loss)."""
-    model = build_model(preset, weights)
-    model.bridgetower.text_model.pooler = None
-    return model
-
-
-def weights_fingerprint(model: torch.nn.Module) -> str:
-    """sha256 over every parameter and buffer (name, dtype, shape, bytes), in state-dict order."""
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        t = tensor.detach().cpu().contiguous().reshape(-1)
-        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
-        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return digest.hexdigest()
-
-
-class DecodeFallbacks:
-    """Training images the device's decoder left to the host: a count, and per reason its count and first names."""
-
-    SHOWN = 5
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.by_reason: dict[str, dict[str, Any]] = {}
-
-    def note(self, name: str, reason: str) -> None:
-        self.count += 1
-        entry = self.by_reason.setdefault(reason, {"reason": reason, "images": 0, "first": []})
-        entry["images"] += 1
-        if len(entry["first"]) < self.SHOWN and name not in entry["first"]:
-            entry["first"].append(name)
-
-    def describe(self) -> dict[str, Any]:
-        return {"images": self.count, "how": "decoded on the host with Pillow, preprocessed the reference way",
-                "reasons": list(self.by_reason.values())}
-
-
 class BridgeTowerWorkload(Workload):
     name: ClassVar[str] = "bridgetower"
     presets: ClassVar[Mapping[str, BridgeTowerPreset]] = PRESETS
     default_preset: ClassVar[str] = "tiny"
 
-    @staticmethod
-    def _open(config: RunConfig) -> ImageCaptionSource:
-        return open_source(config.dataset, config.skip_bad_samples, bounds=image_bounds(config),
-                           allow_outside_links=config.allow_outside_links, max_caption_bytes=config.max_caption_bytes)
-
     @classmethod
     def describe_preset(cls, name: str) -> dict[str, Any]:
-        """Parameters (counted on a model built on torch's meta device: no memory, no weights), image size, batch
-        size, sequence length, what it is for and what it fetches."""
-        from transformers import BridgeTowerConfig, BridgeTowerForContrastiveLearning
-
-        preset = PRESETS[name]
-        with torch.device("meta"):
-            model = BridgeTowerForContrastiveLearning(BridgeTowerConfig(**preset.model_config))
-        return {"parameters": sum(p.numel() for p in model.parameters()), "image_size": preset.image_size,
-                "batch_size": preset.batch_size, "max_seq_length": preset.max_seq_length,
-                "purpose": preset.purpose, "fetches": preset.needs_network()}
+        return inputs.describe_preset(name)
 
     @classmethod
     def prepare(cls, config: RunConfig) -> dict[str, Any]:
-        """Open and check the dataset once in the parent, before any configuration (generating the synthetic set
-        if needed): every metadata line, every file's place and kind; with --skip-bad-samples, every image. Says
-        once when a preset's tokenizer will be the local stand-in."""
-        source = cls._open(config)
-        if len(source) < config.batch_size:
-            raise SuiteError(
-                f"the dataset has {len(source)} usable samples, fewer than one batch of {config.batch_size}")
-        if config.weights and not Path(config.weights).exists() and config.weights.startswith((".", "/", "~")):
-            raise SuiteError(f"weights path does not exist: {config.weights}")
-        described = source.describe()
-        warnings = list(described.get("warnings", []))
-        preset = PRESETS[config.preset]
-        tokenizer = config.weights or preset.tokenizer  # loaded by each run (a checkpoint's: nothing fetched here)
-        if not config.weights and config.tokenizer == "auto":  # what the runs will use; reads local files only
-            _, tokenizer = resolve_tokenizer(preset.tokenizer, preset.vocab_size, None, "auto")
-        if tokenizer == stand_in_name(preset.vocab_size):
-            warnings.append(f"tokenizer: {preset.tokenizer}'s is not on this machine, so a local stand-in with its "
-                            f"vocabulary size ({preset.vocab_size}), length and padding runs (same compute; recorded "
-                            "as tokenizer=local-stand-in); --tokenizer hub insists on the real one")
-        return {"dataset": described, "tokenizer": tokenizer, "warnings": warnings}
+        return inputs.prepare(config)
 
     @classmethod
     def input_fingerprints(cls, config: RunConfig) -> dict[str, str]:
-        """The dataset's fingerprint from its files, the tokenizer's, and the initial weights' hash of the model built
-        from the seed (every RNG seeded as a run seeds it before building the model), without training."""
-        from suite.devices.base import seed_everything
-
-        preset = PRESETS[config.preset]
-        dataset = cls._open(config).fingerprint()
-        tokenizer, _ = resolve_tokenizer(preset.tokenizer, preset.vocab_size, config.weights, config.tokenizer)
-        seed_everything(config.seed)
-        weights = weights_fingerprint(initial_model(preset, config.weights))
-        return {"dataset_fingerprint": dataset, "tokenizer_sha256": tokenizer_fingerprint(tokenizer),
-                "initial_weights_sha256": weights}
+        return inputs.input_fingerprints(config)
 
     @classmethod
     def loader_pixels(cls, config: RunConfig, device: Any, count: int) -> dict[str, Any]:
-        """The first ``count`` samples through ``config.loader``'s own code (worker stage and device stage, or the
-        device's decoder with its host fallback) on ``device``, beside the reference preprocessing of the same
-        files (Pillow, resize, crop, normalize: the published method)."""
-        from suite.imaging import decode_to_rgb_tensor
-
-        from workloads.bridgetower.data.loader import collate
-
-        source = cls._open(config)
-        size, n = PRESETS[config.preset].image_size, min(count, len(source))
-        ids = torch.zeros((len(source), 1), dtype=torch.long)
-        dataset = CaptionedImages(source, ids, ids, config.loader, size, device.torch_device.type, image_bounds(config))
-        batch = collate([dataset[i] for i in range(n)])
-        if "images" in batch:
-            pixels = dataset.pipeline.device_stage(batch["images"], device.torch_device)
-        else:
-            pixels, _, _ = decode_on_device(device, batch["encoded_images"], batch["image_names"], size, config.loader,
-                                            batch["image_kinds"])
-        reference = torch.stack([preprocess_image(device.to_device(decode_to_rgb_tensor(source.read_bytes(i))), size)
-                                 for i in range(n)])
-        return {"pixels": pixels.float(), "reference": reference.float(), "images": [source.name_of(i)
-                                                                                     for i in range(n)]}
+        return inputs.loader_pixels(config, device, count)
 
     @classmethod
     def recipe_deviations(cls, config: RunConfig) -> list[str]:
@@ -251,7 +98,7 @@ class BridgeTowerWorkload(Workload):
     def setup(self) -> None:
         preset, config, clock = self.preset, self.config, self.setup_clock
         with clock.phase("dataset"):
-            everything: ImageCaptionSource = self._open(config)
+            everything: ImageCaptionSource = inputs.open_configured(config)
         with clock.phase("fingerprint"):
             dataset_fingerprint = everything.fingerprint()
         self._skipped = everything.describe().get("skipped_samples", 0)
@@ -270,34 +117,13 @@ class BridgeTowerWorkload(Workload):
             self._facts["fingerprint_file_digests"] = dict(file_cache)
 
         with clock.phase("model"):
-            self.device.prepare_framework()
-            model = initial_model(preset, config.weights)
-            vocab_size = model.config.text_config.vocab_size
-            if len(tokenizer) > vocab_size:
-                raise SuiteError(f"tokenizer has {len(tokenizer)} tokens but the model's vocabulary has {vocab_size}")
-            self._facts.update(
-                parameters=sum(p.numel() for p in model.parameters()),
-                trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
-                initial_weights_sha256=weights_fingerprint(model),
-                weights=config.weights or "random-init",
-            )
-            model.train()
-            self.model = self.device.place_model(model)
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            if torch.distributed.is_available() and torch.distributed.is_initialized():
-                device = self.device.torch_device
-                self.model = torch.nn.parallel.DistributedDataParallel(
-                    self.model, device_ids=[device.index] if device.type == "cuda" else None)
-            self.params = params
-            self.ops = self.device.training_ops()
-            self.optimizer, optimizer_description = self.ops.make_optimizer(
-                params, lr=preset.learning_rate, eps=preset.adam_epsilon, weight_decay=preset.weight_decay)
-            total_steps = config.total_steps
-            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-                self.optimizer, lambda step: max(0.0, (total_steps - step) / total_steps)  # linear, no warm-up
-            )
+            built = build_for_training(self.device, preset, config, len(tokenizer))
+        model, self.model, self.params, self.ops = built.model, built.placed, built.params, built.ops
+        self.optimizer, self.scheduler, optimizer_description = built.optimizer, built.scheduler, built.optimizer_text
+        self._facts.update(built.facts)
+        total_steps = config.total_steps
         self.image_size = int(model.config.vision_config.image_size)  # `model`: unwrapped by DDP
-        bounds = image_bounds(config)
+        bounds = inputs.image_bounds(config)
         budget = DecodeBudget.of(config.loader_memory_gib, config.num_workers)
         dataset = CaptionedImages(source, encoded["input_ids"], encoded["attention_mask"], config.loader,
                                   self.image_size, self.device.torch_device.type, bounds, self._image_pipeline,

@@ -16,12 +16,8 @@ from pathlib import Path
 from suite.errors import DatasetError
 
 from workloads.bridgetower.data.bounds import ImageBounds
-from workloads.bridgetower.data.sources import (
-    DEFAULT_MAX_CAPTION_BYTES,
-    HubSource,
-    ImageCaptionSource,
-    ImageFolderSource,
-)
+from workloads.bridgetower.data.hub import HubSource
+from workloads.bridgetower.data.sources import DEFAULT_MAX_CAPTION_BYTES, ImageCaptionSource, ImageFolderSource
 from workloads.bridgetower.data.synthetic import DEFAULT_SAMPLES, DEFAULT_SEED, ensure_synthetic, generation_facts
 from workloads.bridgetower.data.validation import UsableSamples, scan
 
@@ -77,7 +73,7 @@ def held_out_split(source: ImageCaptionSource, batch_size: int, fraction: float 
     """(training samples, held-out samples, what the split is): a deterministic ``fraction`` held out by name
     (:func:`workloads.bridgetower.evaluation.held_out_indices`). A dataset too small to give up any sample and
     still fill a batch is evaluated on its training samples, and the description says so."""
-    from workloads.bridgetower.data.sources import SourceSubset
+    from workloads.bridgetower.data.hub import SourceSubset
     from workloads.bridgetower.evaluation import held_out_indices
 
     names = [source.sample_key(i) for i in range(len(source))]  # inside the dataset: the same on every machine

@@ -1,0 +1,159 @@
+"""The architecture as the tree shows it (issue 28), checked on the source: floors that import downward only, no import
+circle, rooms of a liveable size, one MLflow home, one typed record.
+
+The import graph is the runtime one: every ``import`` and ``from ... import`` in a module (inside functions too),
+less those under ``if TYPE_CHECKING:`` (annotations only: nothing is imported when the code runs). ``from pkg import
+name`` is an import of ``pkg.name`` where that is a module, else of ``pkg`` (import-linter's reading).
+"""
+
+from __future__ import annotations
+
+import ast
+import typing
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.mechanics
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Floors, bottom first: a module imports its own floor's modules and those below, never above. The plugin
+#: (workloads/) lives on the interfaces floor: it sees suite's configuration, devices, decoders, meters and the
+#: workload interface, never the runner, the records or MLflow.
+FLOORS = (
+    ("foundation", ("suite.errors", "suite.text", "suite.fileio", "suite.events", "suite.imaging", "suite.registry",
+                    "suite")),
+    ("configuration", ("suite.config",)),
+    ("interfaces", ("suite.devices", "suite.decoders", "suite.meters", "suite.workload", "workloads")),
+    ("records", ("suite.results",)),
+    ("analysis", ("suite.analysis",)),
+    ("MLflow home", ("suite.tracking",)),
+    ("runner", ("suite.run",)),
+    ("audit", ("suite.audit",)),
+    ("report", ("suite.report",)),
+    ("command line", ("suite.cli", "suite.__main__")),
+)
+MAX_MODULE_LINES = 300
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted([*ROOT.glob("suite/**/*.py"), *ROOT.glob("workloads/**/*.py")]):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _imports(path: Path, name: str, modules: dict[str, Path]) -> set[str]:
+    tree = ast.parse(path.read_text())
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(
+        node.test) for n in ast.walk(node)}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            wanted = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            wanted = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        else:
+            continue
+        for target in wanted:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                targets.add(target)
+    return targets
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(path, name, modules) for name, path in modules.items()}
+
+
+def _floor(module: str) -> int:
+    best, floor = -1, -1
+    for index, (_, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, floor = len(prefix), index
+    assert floor >= 0, f"{module} is on no floor: add it to FLOORS"
+    return floor
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_every_import_goes_down_a_floor_or_stays_on_its_own():
+    upward = [f"{a} ({FLOORS[_floor(a)][0]}) -> {b} ({FLOORS[_floor(b)][0]})"
+              for a, targets in _graph().items() for b in targets if _floor(b) > _floor(a)]
+    assert upward == []
+
+
+def test_no_import_circle():
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_circle():  # the check above is not vacuous
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_is_over_300_lines():
+    sizes = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    assert {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+
+
+def test_only_the_mlflow_home_imports_mlflow():
+    importers = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n == "mlflow" or n.startswith("mlflow.") for n in names):
+                importers.append(name)
+    assert importers and all(n.startswith("suite.tracking.") for n in importers), importers
+
+
+def test_a_run_record_holds_a_typed_configuration():
+    from suite.config import RunConfig
+    from suite.results.record import RunResult
+
+    assert typing.get_type_hints(RunResult)["config"] is RunConfig
