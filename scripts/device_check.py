@@ -107,7 +107,7 @@ def extras_for(family: str, torch_cuda: str | None) -> list[str]:
     return ["cuda", f"dali-cuda{str(torch_cuda).split('.')[0]}"]
 
 
-def plan(device: str, family: str, details: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def plan(device: str, family: str, details: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The configurations to run and those refused up front (with the adapter's reason), from the probe's ``details``
     (``supported_precisions``, ``device_count``): nothing here opens the device."""
     from suite.registry import load_device
@@ -115,7 +115,8 @@ def plan(device: str, family: str, details: dict[str, Any]) -> tuple[list[dict[s
     adapter_cls = load_device(device)
     supported = tuple(details.get("supported_precisions") or ())
     loaders = ["cpu", "cpu-fast", "device"] + (["dali"] if family == "nvidia" else [])
-    run, refused = [], []
+    run: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
     for loader in loaders:
         for precision in PRECISIONS:
             for workers in WORKERS:

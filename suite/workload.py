@@ -52,7 +52,7 @@ class Workload(ABC):
         return {}
 
     @classmethod
-    def input_fingerprints(cls, config: "RunConfig") -> dict[str, str]:
+    def input_fingerprints(cls, config: "RunConfig") -> dict[str, Any]:
         """The fingerprints of a configuration's inputs computed now, without training, under the names the manifest
         records them (``suite audit --no-rerun`` compares them). Raises ``NotImplementedError`` where the workload
         cannot (the audit then says so)."""

@@ -80,11 +80,12 @@ def _bootstrap_means(series: np.ndarray, replicates: int, seed: int) -> tuple[np
     from arch.bootstrap import StationaryBootstrap
 
     block = block_length(series)
-    bootstrap = StationaryBootstrap(block, series, seed=np.random.default_rng(seed))
+    # arch annotates block_size as int, yet uses it as the mean of a geometric block length: a fractional one is meant
+    bootstrap = StationaryBootstrap(block, series, seed=np.random.default_rng(seed))  # type: ignore[arg-type]
     return bootstrap.apply(lambda x: np.array([x.mean()]), replicates)[:, 0], block
 
 
-def ratio_test(recorded_steps: Sequence[float], rerun_steps: Sequence[float], tolerance: float = DEFAULT_TOLERANCE,
+def ratio_test(recorded_steps: Sequence[float] | np.ndarray, rerun_steps: Sequence[float] | np.ndarray, tolerance: float = DEFAULT_TOLERANCE,
                recorded_repeats: Sequence[float] | None = None, replicates: int = REPLICATES,
                seed: int = 0, samples_per_step: float | None = None) -> RatioTest:
     """The equivalence test of the re-run's throughput against the recorded one; see the module docstring.

@@ -132,7 +132,8 @@ def plot(outcome: TuneOutcome, path: Path, title: str) -> Path:
     zero = [p for p in finished if p.num_workers == 0]
     factors = sorted({p.prefetch_factor for p in finished if p.prefetch_factor is not None})
     fig, (speed, ram) = plt.subplots(1, 2, figsize=(12, 5))
-    for factor in factors or [None]:
+    series: list[int | None] = [*factors] or [None]
+    for factor in series:
         line = sorted(zero + [p for p in finished if p.prefetch_factor == factor], key=lambda p: p.num_workers)
         label = f"prefetch_factor={factor}" if factor is not None else "workers 0"
         speed.plot([p.num_workers for p in line], [p.throughput_samples_per_s for p in line], marker="o", label=label)

@@ -215,7 +215,8 @@ def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise SuiteError("give RESULTS (a results folder or MLflow run id), --experiment, --filter or --reference")
     base, ratios = speedups(rows, args.baseline) if rows else (None, [])
     if args.json:
-        print(json.dumps([{**row.as_dict(), "speedup": ratio, "baseline": base.config_id}
+        baseline_id = base.config_id if base is not None else None
+        print(json.dumps([{**row.as_dict(), "speedup": ratio, "baseline": baseline_id}
                           for row, ratio in zip(rows, ratios, strict=True)], indent=2))
     elif rows:
         print_compare_table(rows, base, ratios)

@@ -79,6 +79,14 @@ class RunConfig(RunSettings):
         _require_choice("engine", self.engine, ENGINES)
 
     @property
+    def batch(self) -> int:
+        """The per-device batch size a run uses: ``batch_size``, which :func:`suite.run.matrix.resolve` fills from the
+        preset before any run (a configuration without one cannot run)."""
+        if self.batch_size is None:
+            raise ConfigError("batch_size is not resolved: the matrix resolves it from the preset before a run")
+        return self.batch_size
+
+    @property
     def config_id(self) -> str:
         """The one key of this configuration, built here only: every reader (results folders, MLflow, compare,
         scores, published ratios, audits) keys on it.
@@ -111,8 +119,8 @@ class RunConfig(RunSettings):
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":
-        """Build from a mapping, rejecting unknown and missing keys by name."""
+    def from_dict(cls, data: Any) -> "RunConfig":
+        """Build from a mapping (JSON as read), rejecting anything else, and unknown and missing keys, by name."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"a configuration must be a JSON object, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}

@@ -131,7 +131,7 @@ class HabanaMediaDecoder(Decoder):
                              f"'suite-bench[gaudi]' ({exc})") from exc
         reader = encoded_batch_reader(self._feed)
 
-        class SuiteEncodedBatchPipe(MediaPipe):  # type: ignore[misc, valid-type]
+        class SuiteEncodedBatchPipe(MediaPipe):
             def __init__(self) -> None:
                 super().__init__(device=mediaDeviceType.LEGACY, prefetch_depth=0, batch_size=batch_size,
                                  num_threads=1, pipe_name="SuiteEncodedBatchPipe")

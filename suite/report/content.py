@@ -180,7 +180,7 @@ def _content(rows: list[Row], source: str, status: str, reason: str | None, comm
                                                                 if tags.get("git_dirty") == "true" else ""),
                   "host": f"{tags.get('host.hostname', '?')}: {tags.get('host.cpu_model', '?')}, "
                           f"{tags.get('host.logical_cores', '?')} logical cores, {tags.get('host.platform', '?')}",
-                  "dataset": first.dataset, "weights": first.weights or "random init",
+                  "dataset": first.dataset or "synthetic (generated here)", "weights": first.weights or "random init",
                   **fingerprints}
     versions = {k.removeprefix("version."): v for k, v in sorted(tags.items()) if k.startswith("version.")
                 and v != "absent"}

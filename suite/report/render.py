@@ -108,8 +108,7 @@ def published_tables(alignment: Alignment) -> tuple[Table, Table]:
             for reason, labels in by_reason.items():
                 who = side if len(labels) == len(series_list) else f"{side} {', '.join(labels)}"
                 why.append(f"{who}: {reason}")
-        why = "; ".join(why)
-        ratios.rows.append([ratio.kind.label, *cells, why or "-"])
+        ratios.rows.append([ratio.kind.label, *cells, "; ".join(why) or "-"])
     return absolute, ratios
 
 

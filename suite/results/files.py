@@ -198,9 +198,10 @@ def read_results_file(path: Path, matrix_uid: str | None = None) -> list[RunResu
         if data.get("schema_version") != SCHEMA_VERSION:
             raise ResultsFolderError(f"{path} has schema_version {data.get('schema_version')!r}; this suite reads "
                                      f"{SCHEMA_VERSION} (a results.json written by `suite run`)")
-        runs = data.get("runs")
-        if not isinstance(runs, list):
+        listed = data.get("runs")
+        if not isinstance(listed, list):
             raise ResultsFolderError(f"{path} has no list of runs")
+        runs = listed
         if matrix_uid is not None and data.get("matrix_uid") != matrix_uid:
             raise ResultsFolderError(f"{path} belongs to matrix {data.get('matrix_uid')!r}, but {MATRIX_FILE} beside "
                                      f"it describes matrix {matrix_uid!r}")

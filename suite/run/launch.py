@@ -109,7 +109,8 @@ class _LogSink:
     dropped, never fatal; the first failure is kept for the run's facts."""
 
     def __init__(self, handle: Any) -> None:
-        self.handle, self.error = handle, None
+        self.handle = handle
+        self.error: str | None = None
 
     def write(self, text: str) -> None:
         if self.error is not None:

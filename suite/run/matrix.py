@@ -11,6 +11,7 @@ matrix is FAILED with the reason. An interrupt records the running configuration
 
 from __future__ import annotations
 
+import functools
 import dataclasses
 import time
 import uuid
@@ -29,9 +30,10 @@ from suite.run.children import Standby, can_start_ahead
 from suite.run.launch import Interrupted, NoProgress, Progress, launch
 from suite.run.recorder_set import RecorderSet
 from suite.tracking.base import Recorder
+from suite.workload import Workload
 
 
-def resolve(spec: MatrixSpec) -> tuple[type, list[RunConfig]]:
+def resolve(spec: MatrixSpec) -> tuple[type[Workload], list[RunConfig]]:
     """Validate names against the registries and expand the matrix with the preset's batch size.
 
     Raises :class:`UnknownPluginError` / :class:`ConfigError` naming what is valid, before anything runs.
@@ -207,7 +209,7 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
                 try:
                     result = launch(config, store, progress, command=info.command, repeat=repeat,
                                     run_name=run_name, memory_limit_bytes=info.memory_limit_bytes, run_uid=run_uid,
-                                    standby=mine, compute_done=lambda position=position: start_ahead_from(position + 1))
+                                    standby=mine, compute_done=functools.partial(start_ahead_from, position + 1))
                 except KeyboardInterrupt as exc:
                     outcome.status, outcome.reason = KILLED, "interrupted by the user"
                     completed = exc.result if isinstance(exc, Interrupted) else None

@@ -46,7 +46,8 @@ class QualityTracker:
 
     def due(self, steps_done: int) -> bool:
         measured = steps_done - self.config.warmup_steps
-        return self.available and bool(self.every) and measured > 0 and measured % self.every == 0
+        every = self.every
+        return self.available and every is not None and every > 0 and measured > 0 and measured % every == 0
 
     def evaluate(self, steps_done: int) -> bool:
         """Evaluate now (rank 0); True when the quality target is met, on every rank."""

@@ -73,7 +73,7 @@ class TrainingSteps:
         """Metrics of the measured steps (after the warm-up ones) and peak device memory, into ``result``."""
         result.facts["batch_size_used"] = self.config.batch_size
         measured = self.timings[self.config.warmup_steps:]
-        stats = StepStats.from_timings(measured, self.config.batch_size) if measured else None
+        stats = StepStats.from_timings(measured, self.config.batch) if measured else None
         if stats is not None:
             result.metrics.update(stats.as_dict())
             warmup = self.timings[:self.config.warmup_steps]

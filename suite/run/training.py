@@ -49,7 +49,7 @@ def record_observed_loader(result: RunResult, workload: Any) -> None:
 
 def log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any, rank: Rank) -> None:
     mlperf.event(constants.SEED, config.seed)
-    mlperf.event(constants.GLOBAL_BATCH_SIZE, config.batch_size * rank.world_size)
+    mlperf.event(constants.GLOBAL_BATCH_SIZE, config.batch * rank.world_size)
     mlperf.event(constants.GRADIENT_ACCUMULATION_STEPS, 1)
     for key, value in workload.mlperf_hyperparameters().items():
         mlperf.event(key, value)
@@ -63,7 +63,7 @@ def train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emi
     """Warm-up then measured steps (up to ``config.most_steps``); evaluations between steps, off the clock."""
     rank = rank or Rank()
     mlperf = mlperf or MlperfLog(None)
-    global_batch = config.batch_size * rank.world_size
+    global_batch = config.batch * rank.world_size
     quality = quality or QualityTracker(config, workload, mlperf, emit_event, rank.rank, host, time.monotonic(),
                                         global_batch)
     total = config.total_steps
@@ -110,7 +110,7 @@ def train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: R
         raise SuiteError("engine hf-trainer runs on one device per configuration (use engine suite to scale out)")
     total = config.total_steps
     steps = TrainingSteps(config, adapter, workload, losses=result.losses)
-    block = _MeasuredBlock(config, mlperf, config.batch_size, ContentionMeter())
+    block = _MeasuredBlock(config, mlperf, config.batch, ContentionMeter())
     emit_event(phase="training (hf-trainer)", total=total)
 
     class Hooks:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence, overload
 
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID as PARENT_RUN_ID
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE as RUN_NOTE  # a run's or experiment's description
@@ -83,6 +83,12 @@ class MlflowGateway:
         return self._client
 
     # --- experiments -----------------------------------------------------------------------------------
+    @overload
+    def experiment_id(self, name: str, create: Literal[True] = True, description: str | None = None) -> str: ...
+
+    @overload
+    def experiment_id(self, name: str, create: bool, description: str | None = None) -> str | None: ...
+
     def experiment_id(self, name: str, create: bool = True, description: str | None = None) -> str | None:
         """The experiment's id; created (artifacts beside a sqlite store) when absent and ``create``."""
         found = self.client.get_experiment_by_name(name)

@@ -89,8 +89,9 @@ class MlflowRecorder(Recorder):
         return self.gateway.tracking_uri
 
     def open(self, info: MatrixInfo, results_root: Path) -> None:
-        self.experiment_id = self.gateway.experiment_id(self._experiment_name or info.experiment or info.workload,
-                                                        description=EXPERIMENT_NOTE.format(workload=info.workload))
+        experiment_id = self.gateway.experiment_id(self._experiment_name or info.experiment or info.workload,
+                                                   description=EXPERIMENT_NOTE.format(workload=info.workload))
+        self.experiment_id = experiment_id
         self._results_root = results_root
         self._repeats = info.repeats
         self._matrix_uid = info.uid
@@ -101,13 +102,13 @@ class MlflowRecorder(Recorder):
         if info.shard:
             self._common_tags[tags_.SHARD] = info.shard
         if self._resume:
-            existing = self.gateway.find_run(self.experiment_id, **{tags_.MATRIX_UID: info.uid,
+            existing = self.gateway.find_run(experiment_id, **{tags_.MATRIX_UID: info.uid,
                                                                     tags_.ROLE: "matrix"})
             if existing is not None:
                 self.parent_run_id = existing.info.run_id
                 return
         self.parent_run_id = self.gateway.create_run(
-            self.experiment_id, info.name + (f" shard {info.shard}" if info.shard else ""),
+            experiment_id, info.name + (f" shard {info.shard}" if info.shard else ""),
             {**self._common_tags, tags_.ROLE: "matrix", tags_.COMMAND: " ".join(info.command)[:5000]},
             {**info.params, "repeats": info.repeats})
 
@@ -281,7 +282,7 @@ class MlflowRecorder(Recorder):
             headline = mlflow_metrics([(k, v, now_ms, 0) for k, v in metrics.items()])
             self.gateway.log(self.parent_run_id, metrics=headline)
 
-    def attach_report(self, note: str, metrics: dict[str, float], tags: dict[str, str], files: Sequence[Path]) -> None:
+    def attach_report(self, metrics: dict[str, float], note: str, tags: dict[str, str], files: Sequence[Path]) -> None:
         """Give the matrix run what a reader scans for (:func:`suite.report.mlflow_summary` makes it): summary
         metrics, a description (Markdown), tags, and the report's files as artifacts under ``report/``."""
         if not self.parent_run_id:

@@ -75,7 +75,7 @@ def _matrix_run_of(gateway: Any, run: Any) -> str | None:
 
 
 def matrix_records(gateway: Any, run_id: str) -> tuple[list[RunResult], list[dict[str, Any] | None],
-                                                    list[ConfigScore]]:
+                                                    list[dict[str, Any]]]:
     """A matrix run's (or one configuration run's) records from its MLflow artifacts: its runs, each run's manifest
     (``None`` where it has none) and the scores of its repeats."""
     run = gateway.get_run(run_id)

@@ -69,7 +69,7 @@ def repair(store: ResultsStore, rescue: Path | None = None) -> tuple[list[str], 
     """Repair a locked results folder (see the module docstring); (what was repaired, runs still running)."""
     matrix = store.matrix_info
     notes: list[str] = []
-    known = {r.run_uid for r in store.held_results() if r.run_uid}
+    known: set[str | None] = {r.run_uid for r in store.held_results() if r.run_uid}
     if rescue is not None:
         rescued_matrix, runs, scores = read_rescue(rescue)
         if rescued_matrix.uid != matrix.uid:

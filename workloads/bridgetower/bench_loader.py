@@ -206,7 +206,7 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
             if iterator is not None:
                 iterator._shutdown_workers()
 
-    table = {}
+    table: dict[str, dict[str, Any]] = {}
     for name, pipeline in pipelines.items():
         batches_per_s = statistics.median(end_to_end[name])
         table[name] = {

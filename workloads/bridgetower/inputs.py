@@ -51,7 +51,7 @@ def prepare(config: RunConfig) -> dict[str, Any]:
     if needed): every metadata line, every file's place and kind; with --skip-bad-samples, every image. Says
     once when a preset's tokenizer will be the local stand-in."""
     source = open_configured(config)
-    if len(source) < config.batch_size:
+    if len(source) < config.batch:
         raise SuiteError(
             f"the dataset has {len(source)} usable samples, fewer than one batch of {config.batch_size}")
     if config.weights and not Path(config.weights).exists() and config.weights.startswith((".", "/", "~")):
@@ -68,7 +68,7 @@ def prepare(config: RunConfig) -> dict[str, Any]:
                         "as tokenizer=local-stand-in); --tokenizer hub insists on the real one")
     return {"dataset": described, "tokenizer": tokenizer, "warnings": warnings}
 
-def input_fingerprints(config: RunConfig) -> dict[str, str]:
+def input_fingerprints(config: RunConfig) -> dict[str, Any]:
     """The dataset's fingerprint from its files, the tokenizer's, and the initial weights' hash of the model built
     from the seed (every RNG seeded as a run seeds it before building the model), without training."""
     from suite.devices.base import seed_everything
@@ -95,7 +95,7 @@ def loader_pixels(config: RunConfig, device: Any, count: int) -> dict[str, Any]:
     dataset = CaptionedImages(source, ids, ids, config.loader, size, device.torch_device.type, image_bounds(config))
     batch = collate([dataset[i] for i in range(n)])
     if "images" in batch:
-        pixels = dataset.pipeline.device_stage(batch["images"], device.torch_device)
+        pixels = dataset.finish_on_device(batch["images"], device.torch_device)
     else:
         pixels, _, _ = decode_on_device(device, batch["encoded_images"], batch["image_names"], size, config.loader,
                                         batch["image_kinds"])

@@ -47,7 +47,7 @@ class BridgeTowerWorkload(Workload):
         return inputs.prepare(config)
 
     @classmethod
-    def input_fingerprints(cls, config: RunConfig) -> dict[str, str]:
+    def input_fingerprints(cls, config: RunConfig) -> dict[str, Any]:
         return inputs.input_fingerprints(config)
 
     @classmethod
@@ -102,7 +102,7 @@ class BridgeTowerWorkload(Workload):
         with clock.phase("fingerprint"):
             dataset_fingerprint = everything.fingerprint()
         self._skipped = everything.describe().get("skipped_samples", 0)
-        source, held_out, split = held_out_split(everything, config.batch_size * _world_size())
+        source, held_out, split = held_out_split(everything, config.batch * _world_size())
         with clock.phase("tokenization"):
             tokenizer, tokenizer_source = resolve_tokenizer(preset.tokenizer, preset.vocab_size, config.weights,
                                                             config.tokenizer)
@@ -132,7 +132,7 @@ class BridgeTowerWorkload(Workload):
         self.eval_dataset = CaptionedImages(held_out, encoded_held_out["input_ids"], encoded_held_out["attention_mask"],
                                             config.loader, self.image_size, self.device.torch_device.type, bounds,
                                             self._image_pipeline, budget)
-        self._loader = make_loader(dataset, config.batch_size, config.num_workers, config.seed,
+        self._loader = make_loader(dataset, config.batch, config.num_workers, config.seed,
                                    pin_memory=self.device.torch_device.type == "cuda",
                                    prefetch_factor=config.prefetch_factor,
                                    loader_timeout_s=config.effective_loader_timeout_s())
@@ -173,7 +173,7 @@ class BridgeTowerWorkload(Workload):
     def _pixel_values(self, batch: Any) -> torch.Tensor:
         if "images" in batch:  # a worker-side pipeline ran; its device stage finishes the batch
             self.note_worker_pipeline_ran()
-            return self.train_dataset.pipeline.device_stage(batch["images"], self.device.torch_device)
+            return self.train_dataset.finish_on_device(batch["images"], self.device.torch_device)
         names = batch.get("image_names")
         done, decoder, fallbacks = decode_on_device(self.device, batch["encoded_images"], names, self.image_size,
                                                     self.config.loader, batch.get("image_kinds"))

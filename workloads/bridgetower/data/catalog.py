@@ -38,8 +38,8 @@ def open_source(spec: str | None, skip_bad_samples: bool = False, synthetic_samp
 
 def _open(spec: str | None, synthetic_samples: int, bounds: ImageBounds, allow_outside_links: bool,
           strict_files: bool, max_caption_bytes: int = 0) -> ImageCaptionSource:
-    if spec in (None, "synthetic") or spec.startswith("synthetic:"):
-        samples = synthetic_samples if spec in (None, "synthetic") else synthetic_size(spec)
+    if spec is None or spec == "synthetic" or spec.startswith("synthetic:"):
+        samples = synthetic_samples if spec is None or spec == "synthetic" else synthetic_size(spec)
         root = ensure_synthetic(samples, DEFAULT_SEED)
         return ImageFolderSource(root, kind="synthetic", max_bytes=bounds.max_bytes,
                                  facts={"generation": generation_facts(root)})

@@ -83,6 +83,12 @@ class CaptionedImages(Dataset):
         finally:
             self.reading[slot] = _NOTHING
 
+    def finish_on_device(self, images: Any, device: Any) -> Any:
+        """The device stage of the worker-side pipeline, on a batch of what its worker stage made."""
+        if self.pipeline is None:
+            raise DatasetError(f"loader {self.loader!r} ships encoded images: it has no device stage to finish")
+        return self.pipeline.device_stage(images, device)
+
     def _item(self, index: int) -> dict[str, Any]:
         data = self.source.read_bytes(index)
         size = self.bounds.check(data, self.source.name_of(index))

@@ -103,9 +103,9 @@ def resize_crop(
     height, width = image.shape[:2]
     new_h, new_w = resized_hw(height, width, size)
     top, left = center_crop_offsets(new_h, new_w, size)
-    out = np.empty((3, size, size), np.float32 if dtype == torch.float32 else np.uint8)
-    kernels.resize_crop(np.ascontiguousarray(image), size, new_h, new_w, top, left, scale_a, shift_a, out, cubic)
-    return torch.from_numpy(out)
+    pixels = np.empty((3, size, size), np.float32 if dtype == torch.float32 else np.uint8)
+    kernels.resize_crop(np.ascontiguousarray(image), size, new_h, new_w, top, left, scale_a, shift_a, pixels, cubic)
+    return torch.from_numpy(pixels)
 
 
 def normalize_uint8(batch: torch.Tensor, scale: Sequence[float], shift: Sequence[float]) -> torch.Tensor:

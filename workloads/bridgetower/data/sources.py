@@ -14,6 +14,7 @@ Sources hand out *encoded* bytes; decoding happens in the loader (CPU workers or
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -269,7 +270,7 @@ class ImageFolderSource(ImageCaptionSource):
             try:
                 info = os.stat(entry.path)
                 if self._readable_as_is(entry.path, info):
-                    file_hash = hashes.sha256(entry.path, info, lambda index=index: self.read_bytes(index))
+                    file_hash = hashes.sha256(entry.path, info, functools.partial(self.read_bytes, index))
                 else:
                     file_hash = hashlib.sha256(self.read_bytes(index)).hexdigest()
             except (DatasetError, OSError):
