@@ -123,7 +123,7 @@ def plan(device: str, family: str, details: dict[str, Any]) -> tuple[list[dict[s
                 config = {"loader": loader, "precision": precision, "workers": workers, "engine": "suite"}
                 if precision not in supported:
                     refused.append({**config, "reason": f"{device} supports {', '.join(supported)} only"})
-                elif loader not in adapter_cls.supported_loaders:
+                elif loader not in adapter_cls.traits.supported_loaders:
                     refused.append({**config, "reason": f"{device} has no decoder for loader {loader}"})
                 else:
                     run.append(config)

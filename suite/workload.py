@@ -11,6 +11,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping
 
+from suite.errors import SuiteError
+
 if TYPE_CHECKING:
     import torch
 
@@ -73,7 +75,6 @@ class Workload(ABC):
         Returns JSON-ready figures with at least ``closed_vs_reference``, ``open_vs_reference``,
         ``open_psnr_db``, ``pipelines`` and ``settings``.
         """
-        from suite.errors import SuiteError
 
         raise SuiteError(f"workload {cls.name!r} has no input-pipeline benchmark")
 
@@ -151,7 +152,6 @@ class Workload(ABC):
         batch is in hand and ``hooks.step_end(loss)`` after each optimizer step, so that the suite times the
         steps with its own accounting. Returns the trainer's own figures (e.g. ``train_samples_per_second``).
         """
-        from suite.errors import SuiteError
 
         raise SuiteError(f"workload {self.name!r} has no hf-trainer engine")
 

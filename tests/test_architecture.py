@@ -157,3 +157,14 @@ def test_a_run_record_holds_a_typed_configuration():
     from suite.results.record import RunResult
 
     assert typing.get_type_hints(RunResult)["config"] is RunConfig
+
+
+def test_a_device_adapter_has_at_most_twelve_members():
+    """Lightning's size: what a device is (name, description, traits), availability, set-up, teardown,
+    synchronization and facts; numerics, training ops and memory are handed out as interfaces of their own.
+    Counted: every name the class body defines or annotates, private ones included, less dunders and ABC's own."""
+    from suite.devices.base import DeviceAdapter
+
+    members = ({n for n in vars(DeviceAdapter) if not n.startswith("__") and n != "_abc_impl"}
+               | set(DeviceAdapter.__annotations__))
+    assert len(members) <= 12, sorted(members)

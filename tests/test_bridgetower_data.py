@@ -120,7 +120,7 @@ def test_cpu_and_device_loader_paths_give_the_same_pixels(tmp_path):
     adapter.setup()
     cpu_batch = collate([cpu_items[i] for i in range(4)])
     dev_batch = collate([dev_items[i] for i in range(4)])
-    decoded = torch.stack([preprocess_image(i, 64) for i in adapter.decoder_for("device")(
+    decoded = torch.stack([preprocess_image(i, 64) for i in adapter.decoders.for_loader("device")(
         dev_batch["encoded_images"], 64, (0.5,) * 3, (0.5,) * 3)])
     assert torch.equal(cpu_batch["images"], decoded)
 

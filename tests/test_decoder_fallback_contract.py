@@ -73,7 +73,7 @@ def test_the_whole_corpus_through_dali_matches_the_reference_image_by_image():
     """One batch of all twelve: DALI decodes nine, the host three; every image equals the reference transform within
     DALI's own resampling (measured here: 1e-7 on these small images, since no downscale happens)."""
     require("nvidia.dali")
-    decoder = cpu_adapter().decoder_for("dali")
+    decoder = cpu_adapter().decoders.for_loader("dali")
     corpus = odd_images()
     kinds = [ImageKind.of(data) for data in corpus.values()]
     done = decode_with_fallback(decoder, list(corpus.values()), kinds, 64, MEAN, STD, _finish)
@@ -92,7 +92,7 @@ def test_dali_ignores_exif_orientation_as_the_reference_does():
     reference); adjust_orientation=False keeps the stored pixels, as Pillow's decode does."""
     require("nvidia.dali")
     data = exif_rotated_jpeg()
-    out = cpu_adapter().decoder_for("dali")([data, data], 64, MEAN, STD)
+    out = cpu_adapter().decoders.for_loader("dali")([data, data], 64, MEAN, STD)
     assert (out[0] - _reference(data)).abs().mean().item() < 0.02
 
 
@@ -109,7 +109,7 @@ def test_dali_keeps_the_cubic_filters_overshoot_as_the_reference_does():
     buffer = io.BytesIO()
     Image.fromarray(np.stack([checker] * 3, -1)).save(buffer, "PNG")
     data = buffer.getvalue()
-    out = cpu_adapter().decoder_for("dali")([data, data], 64, MEAN, STD)[0]
+    out = cpu_adapter().decoders.for_loader("dali")([data, data], 64, MEAN, STD)[0]
     reference = _reference(data)
     black = torch.tensor([-m / s for m, s in zip(MEAN, STD)]).view(3, 1, 1)
     assert (reference < black - 0.1).any()  # the reference overshoots below black
@@ -164,7 +164,7 @@ def test_an_image_neither_the_device_nor_the_host_decodes_is_named():
 
 def test_a_missing_decoder_library_is_not_taken_for_a_bad_image(monkeypatch):
     monkeypatch.setitem(sys.modules, "nvidia.dali", None)
-    decoder = cpu_adapter().decoder_for("dali")
+    decoder = cpu_adapter().decoders.for_loader("dali")
     data = odd_images()["plain.bmp"]
     with pytest.raises(SuiteError, match="needs NVIDIA DALI"):
         decode_with_fallback(decoder, [data], [ImageKind.of(data)], 64, MEAN, STD, _finish)
@@ -186,11 +186,11 @@ def test_dali_keeps_one_pipeline_per_batch_size_and_shuts_them_down():
     again on its clock."""
     require("nvidia.dali")
     device = cpu_adapter()
-    decoder = device.decoder_for("dali")
+    decoder = device.decoders.for_loader("dali")
     data = odd_images()["plain.bmp"]
     for size in (2, 1, 2, 1, 2):  # training, evaluation's last batch, training...
         assert decoder([data] * size, 32, MEAN, STD).shape == (size, 3, 32, 32)
-    assert decoder.builds == 2 and device.decoder_builds() == 2
+    assert decoder.builds == 2 and device.decoders.builds() == 2
     pipes = decoder._pipes.pipes()
     assert sorted(p.max_batch_size for p in pipes) == [1, 2]
     device.teardown()

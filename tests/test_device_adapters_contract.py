@@ -22,6 +22,8 @@ import types
 from pathlib import Path
 
 import pytest
+
+from suite.devices.base import child_environment, run_params
 import torch
 
 from suite.cli import main
@@ -100,21 +102,21 @@ def test_cuda_contract_sync_seed_memory_and_facts(standin_cuda, monkeypatch):
     assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     adapter.synchronize()
     assert ("synchronize", "cuda:0") in calls
-    adapter.seed(7)
+    adapter.numerics().seed(7)
     assert ("manual_seed_all", 7) in calls
-    adapter.reset_peak_memory()
-    memory = adapter.peak_memory()
+    adapter.memory().reset_peak()
+    memory = adapter.memory().peak()
     assert memory.peak_bytes == 123 * 2**20
     assert memory.source == "torch.cuda.max_memory_allocated; driver view: NVML, this process"
     assert memory.extra == {"reserved_peak": 200 * 2**20, "nvml_process_used_at_end": 300 * 2**20}
-    info = adapter.device_info()
+    info = adapter.facts()
     assert info["device_name"] == "NVIDIA H100 80GB HBM3" and info["driver_version"] == "570.86"
     assert info["peak_bf16_flops"] == pytest.approx(989.4e12) and info["compute_capability"] == "9.0"
-    assert adapter.distributed_backend == "nccl" and adapter.supported_precisions() == ("fp32", "bf16")
+    assert adapter.traits.distributed_backend == "nccl" and adapter.numerics().supported() == ("fp32", "bf16")
     try:
-        adapter.configure_determinism()
+        adapter.numerics().make_deterministic()
         assert torch.backends.cudnn.deterministic and not torch.backends.cuda.matmul.allow_tf32
-        assert adapter.run_params()["cuda.tf32"] == "false"
+        assert run_params(adapter)["cuda.tf32"] == "false"
     finally:
         torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
@@ -125,8 +127,8 @@ def test_cuda_contract_decodes_a_batch_with_nvjpeg_and_refuses_non_jpeg(standin_
 
     calls, _, _ = standin_cuda
     adapter = _set_up(CUDAAdapter(), monkeypatch)
-    decoder = adapter.decoder_for("device")
-    assert decoder.name == "nvjpeg" and adapter.decoder_for("dali").name == "dali"
+    decoder = adapter.decoders.for_loader("device")
+    assert decoder.name == "nvjpeg" and adapter.decoders.for_loader("dali").name == "dali"
     images = decoder([b"\xff\xd8a", b"\xff\xd8b"], 8, (0.5,) * 3, (0.25,) * 3)
     assert len(images) == 2 and ("decode_jpeg", 2, "RGB", "cuda:0") in calls  # one call per batch
     with pytest.raises(DecodeError, match="nvJPEG decodes JPEG only") as failure:
@@ -179,27 +181,27 @@ def test_nvml_without_this_process_falls_back_to_the_device_figure_named_as_such
     nvml.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=7 * 2**30, total=80 * 2**30)
     adapter = H100Adapter()
     adapter.setup()
-    memory = adapter.peak_memory()
+    memory = adapter.memory().peak()
     assert memory.extra == {"reserved_peak": 200 * 2**20, "nvml_device_used_at_end": 7 * 2**30}
     assert "NVML lists no process with this PID" in memory.source and "whole device" in memory.source
 
     def broken(handle):
         raise RuntimeError("NVML_ERROR_NO_PERMISSION")
     nvml.nvmlDeviceGetComputeRunningProcesses = broken
-    memory = adapter.peak_memory()
+    memory = adapter.memory().peak()
     assert "nvml" not in " ".join(memory.extra) and "not read: NVML failed (RuntimeError: NVML_ERROR" in memory.source
 
 
 def test_a_single_process_cuda_configuration_sees_one_gpu(monkeypatch):
     """Defect 7: without the pin, the transformers Trainer wraps the model in nn.DataParallel over all GPUs."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert H100Adapter.child_environment(1) == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert child_environment(H100Adapter, 1) == {"CUDA_VISIBLE_DEVICES": "0"}
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    assert CUDAAdapter.child_environment(1) == {"CUDA_VISIBLE_DEVICES": "3"}  # the first of those allowed
-    assert CUDAAdapter.child_environment(8) == {}  # torchrun: one rank per GPU, LOCAL_RANK picks it
+    assert child_environment(CUDAAdapter, 1) == {"CUDA_VISIBLE_DEVICES": "3"}  # the first of those allowed
+    assert child_environment(CUDAAdapter, 8) == {}  # torchrun: one rank per GPU, LOCAL_RANK picks it
     from suite.devices.cpu import CPUAdapter
 
-    assert CPUAdapter.child_environment(1) == {}
+    assert child_environment(CPUAdapter, 1) == {}
 
 
 def test_a_trainer_that_would_spread_over_gpus_is_refused():
@@ -275,30 +277,30 @@ def test_gaudi2_contract_lazy_mode_sync_seed_memory_and_optimizer(standin_habana
     adapter.setup()
     adapter.synchronize()
     assert calls[-2:] == [("mark_step",), ("hpu.synchronize",)]  # lazy: mark_step before the device sync
-    adapter.step_boundary()
+    adapter.training().step_boundary()
     assert calls[-1] == ("mark_step",)
-    adapter.seed(3)
+    adapter.numerics().seed(3)
     assert ("hpu_seed", 3) in calls
-    adapter.prepare_framework()
+    adapter.training().prepare_framework()
     assert ("adapt_transformers_to_gaudi",) in calls
     params = [torch.nn.Parameter(torch.ones(2))]
-    ops = adapter.training_ops()
+    ops = adapter.training()
     optimizer, description = ops.make_optimizer(params, lr=1e-5, eps=1e-8, weight_decay=0.0)
     assert isinstance(optimizer, torch.optim.Optimizer) and description.startswith("habana_frameworks")
     ops.clip_grad_norm(params, 1.0)
     assert ("FusedClipNorm", 1.0) in calls and ("clip_norm",) in calls
-    adapter.reset_peak_memory()
+    adapter.memory().reset_peak()
     monkeypatch.setenv("HABANA_VISIBLE_MODULES", "3,5")  # local rank 0 holds module 3
-    memory = adapter.peak_memory()
+    memory = adapter.memory().peak()
     assert memory.peak_bytes == 5 * 2**30
     assert memory.extra == {"allocator_limit": 94 * 2**30, "hlml_device_used_at_end": 9 * 2**30}
-    params_recorded = adapter.run_params()
+    params_recorded = run_params(adapter)
     assert params_recorded["hpu.mode"] == "lazy" and "FusedAdamW" in params_recorded["hpu.optimizer"]
     assert params_recorded["hpu.PT_HPU_LAZY_MODE"] == "1" and params_recorded["hpu.PT_HPU_LAZY_MODE_found"] == "unset"
-    info = adapter.device_info()
+    info = adapter.facts()
     assert info["peak_bf16_flops"] == GAUDI2_PEAK_BF16_FLOPS and info["device_count"] == 8
-    assert info["hpu_mode"] == "lazy" and adapter.distributed_backend == "hccl"
-    assert adapter.decoder_for("device").name == "habana-media-pipe" and "dali" not in adapter.supported_loaders
+    assert info["hpu_mode"] == "lazy" and adapter.traits.distributed_backend == "hccl"
+    assert adapter.decoders.for_loader("device").name == "habana-media-pipe" and "dali" not in adapter.traits.supported_loaders
 
 
 @pytest.mark.hardware_contract
@@ -319,8 +321,8 @@ def test_gaudi2_reads_hlml_for_the_card_this_process_holds(standin_habana, monke
         monkeypatch.setenv(name, value)
     adapter = Gaudi2Adapter(local_rank=local_rank)
     adapter.setup()
-    assert adapter.peak_memory().extra["hlml_device_used_at_end"] == used_gib * 2**30
-    info = adapter.device_info()
+    assert adapter.memory().peak().extra["hlml_device_used_at_end"] == used_gib * 2**30
+    info = adapter.facts()
     assert info["hlml_module_id"] == module and info["memory_total_bytes"] == 96 * 2**30
     assert info["allocator_limit_bytes"] == 94 * 2**30
     assert info["pci_bus_id"] == f"0000:{0x19 + state['libhlml'].module_ids.index(module):02x}:00.0"
@@ -332,8 +334,8 @@ def test_gaudi2_without_a_way_to_tell_its_card_reads_no_card(standin_habana):
     """Eight cards and neither HLS_MODULE_ID nor HABANA_VISIBLE_MODULES: no reading is invented, and why is said."""
     adapter = Gaudi2Adapter(local_rank=1)
     adapter.setup()
-    assert "hlml_device_used_at_end" not in adapter.peak_memory().extra
-    info = adapter.device_info()
+    assert "hlml_device_used_at_end" not in adapter.memory().peak().extra
+    info = adapter.facts()
     assert "memory_total_bytes" not in info and "which one this process holds" in info["hlml"]
 
 
@@ -344,10 +346,10 @@ def test_gaudi2_mode_is_the_bridges_answer_not_an_unset_variable(standin_habana,
     adapter = Gaudi2Adapter()
     adapter.setup()
     adapter.synchronize()
-    adapter.step_boundary()
+    adapter.training().step_boundary()
     assert ("mark_step",) not in calls and ("hpu.synchronize",) in calls
-    assert adapter.run_params()["hpu.mode"] == "eager" and adapter.device_info()["hpu_mode"] == "eager"
-    assert adapter.run_params()["hpu.PT_HPU_LAZY_MODE"] == "0"  # what optimum-habana reads (issue 25, defect 1)
+    assert run_params(adapter)["hpu.mode"] == "eager" and adapter.facts()["hpu_mode"] == "eager"
+    assert run_params(adapter)["hpu.PT_HPU_LAZY_MODE"] == "0"  # what optimum-habana reads (issue 25, defect 1)
     monkeypatch.delitem(sys.modules, "habana_frameworks.torch.utils.internal")
     monkeypatch.setitem(sys.modules, "habana_frameworks.torch.utils.internal", None)
     from suite.devices.gaudi2 import hpu_mode

@@ -25,6 +25,8 @@ import types
 
 import pytest
 
+from suite.devices.base import run_params
+
 from suite.config import RunConfig
 from suite.devices.gaudi2 import Gaudi2Adapter
 
@@ -82,7 +84,7 @@ def test_hf_trainer_arguments_on_gaudi2_set_up_in_the_bridges_mode(real_optimum_
     adapter = Gaudi2Adapter()
     adapter.setup()
     assert os.environ["PT_HPU_LAZY_MODE"] == variable  # set from the bridge's answer
-    recorded = adapter.run_params()
+    recorded = run_params(adapter)
     assert recorded["hpu.mode"] == ("lazy" if lazy else "eager") and recorded["hpu.PT_HPU_LAZY_MODE"] == variable
     assert recorded["hpu.PT_HPU_LAZY_MODE_found"] == "unset"
     trainer_cls, args, extra = trainer_arguments(_config("fp32"), PRESETS["tiny"], adapter)

@@ -57,7 +57,7 @@ def test_dali_pixels_are_close_to_the_reference_transform_batch_after_batch(tmp_
         return real_feed(tensor, out, **kwargs)
     monkeypatch.setattr(dali_torch, "feed_ndarray", feed)
     jpegs = _jpegs(tmp_path, 6)
-    decoder = cpu_adapter().decoder_for("dali")
+    decoder = cpu_adapter().decoders.for_loader("dali")
     for batch in (jpegs[:2], jpegs[2:4], jpegs[4:6]):  # three run()s of one pipeline
         out = decoder(batch, 64, CLIP_MEAN, CLIP_STD)
         reference = torch.stack([preprocess_image(decode_to_rgb_tensor(b), 64) for b in batch])
@@ -212,7 +212,7 @@ def test_without_the_libraries_the_decoders_say_what_to_install(monkeypatch, tmp
         monkeypatch.setitem(sys.modules, name, None)  # importing it now raises ImportError
     device = cpu_adapter()
     with pytest.raises(SuiteError, match=r"the dali loader needs NVIDIA DALI: pip install 'suite-bench\[dali\]'"):
-        device.decoder_for("dali")([b"\xff\xd8"], 8, (0.5,) * 3, (0.5,) * 3)
+        device.decoders.for_loader("dali")([b"\xff\xd8"], 8, (0.5,) * 3, (0.5,) * 3)
     with pytest.raises(SuiteError, match=r"the device loader on Gaudi2 needs habana-media-loader: pip install "
                                          r"'suite-bench\[gaudi\]'"):
         HabanaMediaDecoder(device)([b"\xff\xd8"], 8, (0.5,) * 3, (0.5,) * 3)

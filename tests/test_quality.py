@@ -184,8 +184,8 @@ def test_the_stock_check_is_not_vacuous(loader_runs, tmp_path):
 def test_bf16_is_disclosed_as_what_ran():
     from suite.devices.cpu import CPUAdapter
 
-    assert CPUAdapter().numerics("bf16") == {"linear": "bfloat16", "attn": "bfloat16", "comm": "fp32"}
-    assert CPUAdapter().numerics("fp32") == {"linear": "fp32", "attn": "fp32", "comm": "fp32"}
+    assert CPUAdapter().numerics().lowest_precisions("bf16") == {"linear": "bfloat16", "attn": "bfloat16", "comm": "fp32"}
+    assert CPUAdapter().numerics().lowest_precisions("fp32") == {"linear": "fp32", "attn": "fp32", "comm": "fp32"}
 
 
 def test_only_the_published_recipe_may_claim_the_closed_division(capsys, tmp_path):

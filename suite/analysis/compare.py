@@ -17,6 +17,7 @@ from typing import Any, Iterable, Sequence
 from suite.analysis.scoring import score_values
 from suite.config import RunConfig
 from suite.errors import SuiteError
+from suite.meters.contention import is_contended
 from suite.results.record import FINISHED, RunResult, bootstrap_mean_ci
 
 THROUGHPUT = "throughput_samples_per_s"
@@ -43,7 +44,6 @@ class Row:
     @property
     def contended(self) -> bool:
         """Other work used the machine during its measured windows (see suite.meters.contention)."""
-        from suite.meters.contention import is_contended
 
         return is_contended(self.metrics.get("contention_others_cpu_share", 0.0),
                             self.metrics.get("contention_steal_share", 0.0))

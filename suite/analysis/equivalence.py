@@ -85,7 +85,8 @@ def _bootstrap_means(series: np.ndarray, replicates: int, seed: int) -> tuple[np
     return bootstrap.apply(lambda x: np.array([x.mean()]), replicates)[:, 0], block
 
 
-def ratio_test(recorded_steps: Sequence[float] | np.ndarray, rerun_steps: Sequence[float] | np.ndarray, tolerance: float = DEFAULT_TOLERANCE,
+def ratio_test(recorded_steps: Sequence[float] | np.ndarray, rerun_steps: Sequence[float] | np.ndarray,
+               tolerance: float = DEFAULT_TOLERANCE,
                recorded_repeats: Sequence[float] | None = None, replicates: int = REPLICATES,
                seed: int = 0, samples_per_step: float | None = None) -> RatioTest:
     """The equivalence test of the re-run's throughput against the recorded one; see the module docstring.

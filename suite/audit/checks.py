@@ -56,6 +56,7 @@ from suite.errors import ConfigError, SuiteError
 from suite.results.manifest import config_from_manifest
 from suite.results.record import FINISHED, RunResult
 from suite.results.store import ResultsStore
+from suite.run.launch import launch
 from suite.tracking.reading import matrix_records
 
 
@@ -101,7 +102,6 @@ def audit_recorded(recorded: Recorded, target: str, store: ResultsStore | None, 
 
 def _audit_records(recorded: Recorded, target: str, store: ResultsStore | None, rerun: bool, loss_rtol: float,
                    throughput_tolerance: float, progress: Any) -> AuditReport:
-    from suite.run.launch import launch
 
     report = AuditReport(target=target, audited_run_ids=[r.mlflow_run_id for r in recorded.results if r.mlflow_run_id])
     computed: dict[tuple[Any, ...], dict[str, str]] = {}

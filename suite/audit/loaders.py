@@ -26,8 +26,11 @@ import sys
 from typing import Any, Sequence
 
 from suite.analysis.equivalence import FAIL, PASS
+from suite.audit.verdicts import SKIP, Check
 from suite.config import RunConfig
 from suite.errors import SuiteError
+from suite.registry import load_device, load_workload
+from suite.run.launch import launch
 
 #: The reference loader: workers decode and preprocess as the published method does.
 REFERENCE_LOADER = "cpu"
@@ -53,7 +56,6 @@ def pixel_figures(pixels: Any, reference: Any) -> dict[str, Any]:
 
 def _measure_here(config: RunConfig, loaders: Sequence[str], count: int) -> dict[str, Any]:
     """In this process: each loader's pixel figures, or why it cannot run here."""
-    from suite.registry import load_device, load_workload
 
     adapter = load_device(config.device)()
     adapter.setup()
@@ -61,7 +63,7 @@ def _measure_here(config: RunConfig, loaders: Sequence[str], count: int) -> dict
     out: dict[str, Any] = {}
     try:
         for loader in loaders:
-            if loader not in adapter.supported_loaders:
+            if loader not in adapter.traits.supported_loaders:
                 out[loader] = {"skip": f"{config.device} does not run loader {loader}"}
                 continue
             try:
@@ -149,9 +151,6 @@ def loader_checks(configs: Sequence[RunConfig], store: Any, progress: Any, optio
                   command: Sequence[str]) -> list[Any]:
     """For each device, precision and engine of the recorded configurations: every loader the device runs, pixels
     and first losses against the reference loader (see the module docstring)."""
-    from suite.audit.verdicts import SKIP, Check
-    from suite.registry import load_device
-    from suite.run.launch import launch
 
     checks: list[Any] = []
     bases: dict[str, RunConfig] = {}
@@ -161,7 +160,7 @@ def loader_checks(configs: Sequence[RunConfig], store: Any, progress: Any, optio
                                    prefetch_factor=config.prefetch_factor if config.num_workers else None)
         bases.setdefault(base.config_id, base)
     for base in bases.values():
-        loaders = list(load_device(base.device).supported_loaders)
+        loaders = list(load_device(base.device).traits.supported_loaders)
         where = f"{base.device} {base.precision}"
         try:
             pixels = measure_pixels(base, loaders, options.images)

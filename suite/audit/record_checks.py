@@ -13,7 +13,8 @@ from suite.audit.verdicts import SKIP, AuditReport, Check, Record
 from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.fileio import read_record_text
-from suite.results.record import FINISHED, RunResult
+from suite.registry import load_workload
+from suite.results.record import FINISHED, RunResult, StepStats
 
 #: Headlines recomputed from the stored step times, and the relative difference that is an inconsistency.
 RECOMPUTED = ("throughput_samples_per_s", "throughput_ci95_low", "throughput_ci95_high", "step_time_p50_s",
@@ -91,7 +92,6 @@ def check_config(subject: str, recorded: dict[str, Any], manifest: dict[str, Any
 def check_record_consistency(subject: str, result: RunResult, manifest: dict[str, Any] | None) -> Check:
     """Every headline recomputed from the run's own stored step times, data waits and batch size, and the manifest's
     facts against results.json's: any difference is "record inconsistent" (a hand edit, or a bug)."""
-    from suite.results.record import StepStats
 
     if result.status != FINISHED:
         return Check(subject, "record", SKIP, f"the run {result.status}: no headline to check")
@@ -151,7 +151,6 @@ def check_inputs_now(subject: str, config: RunConfig, manifest: dict[str, Any] |
     """The recorded fingerprints against the ones computed now (the workload's :meth:`input_fingerprints`: the
     dataset's files, the tokenizer, the model built from the seed), without training. ``computed`` caches them per
     inputs (dataset, preset, weights, tokenizer, seed)."""
-    from suite.registry import load_workload
 
     if manifest is None:
         return Check(subject, "inputs_now", FAIL, "no manifest recorded for this run")

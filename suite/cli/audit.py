@@ -8,9 +8,14 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from suite.cli.display import stamp
+from suite.audit.loaders import LoaderAudit
+from suite.audit.record_checks import audit_reference
+from suite.cli.display import PlainProgress, RichProgress, stamp
 from suite.cli.tables import print_checks
 from suite.errors import ConfigError, SuiteError
+from suite.results.files import MatrixInfo
+from suite.results.store import ResultsStore
+from suite.tracking.stores import normalize_uri
 
 
 def _load_recorded(target: str, gateway: Any) -> Any:
@@ -27,7 +32,6 @@ def _load_recorded(target: str, gateway: Any) -> Any:
 def _loader_audit(args: argparse.Namespace) -> Any:
     if not args.loaders:
         return None
-    from suite.audit.loaders import LoaderAudit
 
     return LoaderAudit(images=args.loader_images, steps=args.loader_steps,
                        pixel_tolerance=args.loader_pixel_tolerance, loss_rtol=args.loader_loss_rtol)
@@ -35,12 +39,7 @@ def _loader_audit(args: argparse.Namespace) -> Any:
 
 def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.audit.checks import audit_recorded, log_audit_to_mlflow
-    from suite.audit.record_checks import audit_reference
-    from suite.cli.display import PlainProgress, RichProgress
-    from suite.results.files import MatrixInfo
-    from suite.results.store import ResultsStore
     from suite.tracking.mlflow_gateway import MlflowGateway
-    from suite.tracking.stores import normalize_uri
 
     if args.calibrate:
         from suite.analysis.equivalence import calibrate

@@ -9,9 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from suite.cli.display import wide_console
 from suite.cli.matrix_run import spec_from_args
 from suite.errors import SuiteError
 from suite.fileio import write_json_atomic
+from suite.registry import load_workload
+from suite.run.matrix import resolve
+from suite.run.overhead import run_overhead
 from suite.text import visible
 
 
@@ -27,7 +31,6 @@ def _write_figures(folder: Path | None, name: str, figures: dict[str, Any]) -> N
 
 
 def cmd_bench_loader(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from suite.registry import load_workload
 
     figures = load_workload(args.workload).loader_benchmark(
         dict(dataset=args.dataset, images=args.images, image_size=args.image_size, batch_size=args.batch_size,
@@ -39,7 +42,6 @@ def cmd_bench_loader(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return 0
     from rich.table import Table
 
-    from suite.cli.display import wide_console
 
     table = Table(title=f"input pipelines, {figures['settings']['num_workers']} worker(s), batch "
                         f"{figures['settings']['batch_size']}, image {figures['settings']['image_size']}")
@@ -63,8 +65,6 @@ def cmd_bench_loader(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def cmd_bench_overhead(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from suite.run.matrix import resolve
-    from suite.run.overhead import run_overhead
 
     args.workers = (args.workers,)
     workload_cls, (config,) = resolve(spec_from_args(args))

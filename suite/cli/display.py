@@ -9,6 +9,7 @@ from typing import Any
 from suite.analysis.summary import summary_line
 from suite.config import RunConfig
 from suite.results.record import RunResult
+from suite.run.estimate import format_duration
 
 MiB = 2**20
 
@@ -77,7 +78,6 @@ class Timing:
         return (current or 0.0) + typical * max(0, left)
 
     def step_text(self, loss: float) -> str:
-        from suite.run.estimate import format_duration
 
         parts = [f"loss {loss:.4f}"]
         step_time = self.step_time_s
@@ -91,7 +91,6 @@ class Timing:
         return " | ".join(parts)
 
     def matrix_text(self) -> str:
-        from suite.run.estimate import format_duration
 
         eta = self.matrix_eta_s()
         return "" if eta is None else f"matrix ETA {format_duration(eta)}"

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any, Sequence
 
+from suite.cli.display import wide_console
+from suite.devices.probe import probe
+from suite.registry import device_names, load_device, load_workload, workload_names
+
 
 def add_parsers(sub: Any) -> None:
     sub.add_parser("list", help="list workloads with their presets, and device adapters with availability"
@@ -17,9 +21,6 @@ def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    from suite.cli.display import wide_console
-    from suite.devices.probe import probe
-    from suite.registry import device_names, load_device
 
     table = Table(title="device adapters")
     for column in ("device", "available", "reason", "detected", "backend", "loaders"):
@@ -28,13 +29,12 @@ def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:
         cls = load_device(name)
         detected = ", ".join(f"{k}={v}" for k, v in avail.details.items())
         table.add_row(name, "yes" if avail.available else "no", Text(avail.reason or "-"), Text(detected or "-"),
-                      cls.distributed_backend, ",".join(cls.supported_loaders))
+                      cls.traits.distributed_backend, ",".join(cls.traits.supported_loaders))
     wide_console().print(table)
     return 0
 
 
 def cmd_list(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from suite.registry import device_names, load_workload, workload_names
 
     print("workloads:")
     for name in workload_names():
@@ -49,7 +49,6 @@ def cmd_list(args: argparse.Namespace, argv: Sequence[str]) -> int:
             for key in ("purpose", "fetches"):
                 if facts.get(key):
                     print(f"      {key}: {facts[key]}")
-    from suite.devices.probe import probe
 
     print("devices:")
     for name, avail in probe(device_names()).items():

@@ -15,13 +15,21 @@ from suite.analysis.summary import timing_line
 from suite.cli.display import PlainProgress, RichProgress, stamp
 from suite.cli.tables import print_results_table, print_scores_table
 from suite.config import MatrixSpec, RunConfig, param_text
+from suite.devices.probe import probe
 from suite.errors import ConfigError, SuiteError
+from suite.meters.setup import process_started_at
+from suite.registry import load_workload
+from suite.results.environment import git_state, host_facts, package_versions
+from suite.results.files import MatrixInfo
 from suite.results.record import FINISHED, dataset_warning
+from suite.results.store import ResultsStore
+from suite.run.estimate import estimate, format_duration
+from suite.run.matrix import resolve, run_matrix, shard_of, start_first
 from suite.text import visible
+from suite.tracking.stores import check_reachable, default_tracking_uri, normalize_uri, sqlite_path
 
 
 def spec_from_args(args: argparse.Namespace) -> MatrixSpec:
-    from suite.registry import load_workload
 
     preset = args.preset or load_workload(args.workload).default_preset
     return MatrixSpec.from_dict(dict(
@@ -54,11 +62,8 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
                  argv: Sequence[str], kind: str = "matrix") -> MatrixRun:
     """Run ``configs`` (default: the matrix of ``spec``) into a new results folder and MLflow; print tables.
     Everything is validated before the folder is created; the folder stays locked in the returned run."""
-    from suite.meters.setup import process_started_at
-    from suite.run.matrix import resolve, run_matrix, start_first
     from suite.tracking.mlflow_gateway import MlflowGateway
     from suite.tracking.mlflow_recorder import MlflowRecorder
-    from suite.tracking.stores import check_reachable, default_tracking_uri
 
     started_at = getattr(args, "started_at", None) or process_started_at()
     workload_cls, resolved = resolve(spec)
@@ -69,7 +74,7 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
         from suite.registry import load_device
 
         for device in spec.devices:
-            if not load_device(device).address_space_limit_ok:
+            if not load_device(device).traits.address_space_limit_ok:
                 raise ConfigError(f"--memory-limit caps the address space (RLIMIT_AS), which the {device} driver "
                                   "reserves far beyond the memory a process uses (the CUDA driver maps about twice "
                                   "the GPU memory): every configuration would fail 'out of memory' falsely; leave "
@@ -130,7 +135,6 @@ def refuse_unavailable_devices(devices: Sequence[str]) -> None:
     """Refuse, before anything is created, a matrix naming a device that is not here: one line with the reason
     ``suite devices`` gives (asked in a short-lived process: this one must not hold the device its configuration
     processes need)."""
-    from suite.devices.probe import probe
 
     absent = {name: a.reason for name, a in probe(devices).items() if not a.available}
     if absent:
@@ -141,10 +145,6 @@ def refuse_unavailable_devices(devices: Sequence[str]) -> None:
 def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunConfig], args: argparse.Namespace,
                   argv: Sequence[str], kind: str, tracking_uri: str, memory_limit: float | None) -> Any:
     """The workload's check of its inputs, then the new results folder with the matrix's facts (locked)."""
-    from suite.results.environment import git_state, host_facts, package_versions
-    from suite.results.files import MatrixInfo
-    from suite.results.store import ResultsStore
-    from suite.tracking.stores import normalize_uri
 
     prepared = dict(workload_cls.prepare(resolved[0]))
     for warning in prepared.pop("warnings", []):
@@ -203,7 +203,6 @@ def _exit_status(run: MatrixRun) -> int:
 # --- commands --------------------------------------------------------------------------------------
 def _history(tracking_uri: str, configs: Sequence[RunConfig], repeats: int) -> Any:
     """The store's durations of earlier runs of these configurations (see suite.run.estimate), or None."""
-    from suite.run.estimate import estimate
     from suite.tracking.mlflow_gateway import MlflowGateway
 
     try:
@@ -216,7 +215,6 @@ def _history(tracking_uri: str, configs: Sequence[RunConfig], repeats: int) -> A
 def _shard_and_matrix_id(spec: MatrixSpec, args: argparse.Namespace) -> list[RunConfig] | None:
     """This invocation's shard of the matrix (``--shard I/N``; ``None`` without it), and the matrix id that the
     shards, or the nodes of a multi-node matrix, share (``args.matrix_id``, derived where not given)."""
-    from suite.run.matrix import resolve, shard_of
 
     if spec.nnodes == 1 and args.shard is None:
         return None
@@ -239,10 +237,6 @@ def _shard_and_matrix_id(spec: MatrixSpec, args: argparse.Namespace) -> list[Run
 
 def dry_run(spec: MatrixSpec, args: argparse.Namespace, configs: Sequence[RunConfig] | None = None) -> int:
     """What ``suite run`` would do, created nothing: the configurations, the folder, the store, the duration."""
-    from suite.devices.probe import probe
-    from suite.run.estimate import estimate, format_duration
-    from suite.run.matrix import resolve
-    from suite.tracking.stores import default_tracking_uri, sqlite_path
 
     configs = list(configs) if configs is not None else resolve(spec)[1]
     repeats = getattr(args, "repeats", 1)

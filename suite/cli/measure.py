@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import suite.cli.options as options
+from suite.analysis import tune
 from suite.cli.benches import cmd_bench_loader, cmd_bench_overhead
 from suite.cli.matrix_run import _exit_status, _matrix_size, _shard_and_matrix_id, dry_run, run_recorded, spec_from_args
 from suite.cli.tables import print_tune_table
@@ -192,7 +193,6 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from suite.analysis import tune
     from suite.tracking.side_runs import log_tune
 
     max_workers = args.max_workers if args.max_workers is not None else (os.cpu_count() or 1)

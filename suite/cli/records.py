@@ -9,16 +9,21 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import suite.cli.options as options
+from suite.analysis.compare import rows_from_results, speedups
+from suite.analysis.plots import plot
+from suite.analysis.published import load_reference, measured_table, reference_table
+from suite.audit import loaders as loader_audit
+from suite.audit.verdicts import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
 from suite.cli.audit import cmd_audit
 from suite.cli.display import stamp, wide_console
 from suite.cli.tables import print_compare_table
 from suite.errors import SuiteError
+from suite.results.record import dataset_warning, differing_datasets
+from suite.results.store import ResultsStore
 from suite.text import visible
 
 
 def add_parsers(sub: Any) -> None:
-    from suite.audit import loaders as loader_audit
-    from suite.audit.verdicts import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
 
     audit = sub.add_parser(
         "audit", help="re-run a recorded matrix from its manifests and give a verdict per check",
@@ -184,11 +189,6 @@ def _upload(directory: Path, tracking_uri: str | None, rescue: Path | None) -> i
 
 
 def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    from suite.analysis.compare import rows_from_results, speedups
-    from suite.analysis.plots import plot
-    from suite.analysis.published import load_reference, measured_table, reference_table
-    from suite.results.record import dataset_warning, differing_datasets
-    from suite.results.store import ResultsStore
     from suite.tracking.mlflow_gateway import MlflowGateway
     from suite.tracking.reading import rows_from_mlflow
 

@@ -1,7 +1,7 @@
 """The decoder interface: encoded images in, a batch on the device out.
 
 A decoder serves one loader kind (``device``: decoding on the device; ``dali``: NVIDIA DALI) for the adapters that
-name it (:attr:`suite.devices.base.DeviceAdapter.decoders`). Decoders are plugins of the entry-point group
+name it (:attr:`suite.devices.base.DeviceTraits.decoders`). Decoders are plugins of the entry-point group
 ``suite.decoders``, like devices. One that also resizes, crops and normalizes (DALI, Habana's media pipe) says so
 with :attr:`Decoder.preprocesses`; one that only decodes (Pillow, nvJPEG) returns uint8 images that the workload
 preprocesses on the device. A decoder builds what it needs on first use and keeps it for the configuration: a

@@ -3,10 +3,12 @@
 One adapter per device kind (cpu, gaudi2, h100, a100, ...), each a small module registered in the
 ``suite.devices`` entry-point group. The runner talks to devices only through this interface, so timing,
 seeding and memory accounting are the same code path on every device. An adapter keeps to what a device is:
-availability with its reason, set-up and teardown, synchronization, memory, seeding, autocast, the distributed
-backend and its facts. Image decoding on the device is a family of its own (:mod:`suite.decoders`): an adapter
-only names the decoder of each loader kind (:attr:`DeviceAdapter.decoders`). A device's own optimizer and
-gradient clipping (Habana's fused ones) sit behind one optional hook, :meth:`DeviceAdapter.training_ops`.
+its traits, availability with its reason, set-up and teardown, synchronization and its facts; it hands out the
+small interfaces of :mod:`.interfaces` for the rest: :meth:`~DeviceAdapter.numerics` (precisions, autocast,
+determinism, seeding), :meth:`~DeviceAdapter.training` (model placement, optimizer, clipping, step boundary) and
+:meth:`~DeviceAdapter.memory` (peak device memory). Image decoding on the device is a family of its own
+(:mod:`suite.decoders`): an adapter only names the decoder of each loader kind (:attr:`DeviceTraits.decoders`) and
+keeps those it built (``adapter.decoders``).
 
 Rules every adapter follows:
 
@@ -19,16 +21,19 @@ Rules every adapter follows:
 
 from __future__ import annotations
 
-import contextlib
-import random
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from suite.errors import ConfigError, DeviceUnavailableError, SuiteError
+from suite.devices.interfaces import DeviceDecoders, MemoryMeter, Numerics, TrainingOps
+from suite.errors import DeviceUnavailableError, SuiteError
 
 if TYPE_CHECKING:
     from suite.config import RunConfig
+
+#: Loaders every device runs: decoding and preprocessing in the DataLoader workers.
+WORKER_LOADERS = ("cpu", "cpu-fast")
 
 
 @dataclass(frozen=True)
@@ -41,17 +46,30 @@ class Availability:
 
 
 @dataclass(frozen=True)
-class DeviceMemory:
-    """Peak device memory since the last reset.
+class DeviceTraits:
+    """What a kind of device is, known without opening it."""
 
-    ``peak_bytes`` is the figure reported as ``device_peak_memory_bytes``; ``source`` names how it was
-    read (e.g. ``torch.cuda.max_memory_allocated``). ``extra`` holds other views under distinct names
-    (e.g. the driver's), each in bytes.
-    """
+    #: One-line description for listings.
+    description: str
+    #: torch.distributed backend for multi-device runs (gloo, nccl, hccl).
+    distributed_backend: str
+    #: The decoder (``suite.decoders`` entry point) serving each on-device loader kind (``device``, ``dali``).
+    decoders: Mapping[str, str] = field(default_factory=dict)
+    #: Whether ``--memory-limit`` (RLIMIT_AS) can apply: False where the device's driver reserves address space
+    #: far beyond what the process uses (the CUDA driver maps about twice the GPU memory).
+    address_space_limit_ok: bool = True
+    #: Whether asking ``availability()`` opens the device (a CUDA context, Habana's bridge): then it is asked in a
+    #: short-lived process (:mod:`suite.devices.probe`), never by a parent whose children need the device.
+    probe_claims_device: bool = True
+    #: The variable that narrows what a process sees to one device (``CUDA_VISIBLE_DEVICES``): a single-process
+    #: configuration is given only the first device allowed, so that nothing in it spreads over the node (the
+    #: transformers Trainer wraps a model in ``nn.DataParallel`` over every visible GPU). None: no such variable.
+    one_device_variable: str | None = None
 
-    peak_bytes: int
-    source: str
-    extra: dict[str, int] = field(default_factory=dict)
+    @property
+    def supported_loaders(self) -> tuple[str, ...]:
+        """The worker-side loaders, and those the device has a decoder for."""
+        return (*WORKER_LOADERS, *self.decoders)
 
 
 def driver_text(value: Any) -> str:
@@ -59,209 +77,95 @@ def driver_text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def seed_everything(seed: int) -> None:
-    """Seed the host's RNGs as every run does: Python, NumPy, torch (CPU and, where present, CUDA)."""
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-class TrainingOps:
-    """The optimizer and the gradient clipping a device runs: torch's AdamW and ``clip_grad_norm_`` here; a device
-    with its own (Habana's fused ones) returns another from :meth:`DeviceAdapter.training_ops`."""
-
-    def make_optimizer(self, params: Any, lr: float, eps: float, weight_decay: float) -> tuple[Any, str]:
-        """AdamW for ``params`` and a description of which implementation runs (recorded with the run)."""
-        import torch
-
-        optimizer = torch.optim.AdamW(params, lr=lr, eps=eps, weight_decay=weight_decay)
-        return optimizer, f"torch.optim.AdamW(lr={lr}, eps={eps}, weight_decay={weight_decay})"
-
-    def clip_grad_norm(self, params: Any, max_norm: float) -> None:
-        """Clip the global gradient norm of ``params`` to ``max_norm``."""
-        import torch
-
-        torch.nn.utils.clip_grad_norm_(params, max_norm)
-
-
 class DeviceAdapter(ABC):
-    """Everything the suite needs from one kind of device."""
+    """Everything the suite needs from one kind of device (twelve members; the rest is handed out)."""
 
     #: Registered name, as used on the command line (``--device NAME``).
     name: ClassVar[str]
-    #: One-line description for listings.
-    description: ClassVar[str]
-    #: torch.distributed backend for multi-device runs (gloo, nccl, hccl).
-    distributed_backend: ClassVar[str]
-    #: The decoder (``suite.decoders`` entry point) serving each on-device loader kind (``device``, ``dali``).
-    decoders: ClassVar[Mapping[str, str]] = {}
-    #: Loaders this device supports: the worker-side ones, and those it has a decoder for (derived).
-    supported_loaders: ClassVar[tuple[str, ...]] = ("cpu", "cpu-fast")
-    #: Whether ``--memory-limit`` (RLIMIT_AS) can apply: False where the device's driver reserves address space
-    #: far beyond what the process uses (the CUDA driver maps about twice the GPU memory).
-    address_space_limit_ok: ClassVar[bool] = True
-    #: Whether asking :meth:`availability` opens the device (a CUDA context, Habana's bridge): then it is asked in a
-    #: short-lived process (:mod:`suite.devices.probe`), never by a parent whose children need the device.
-    probe_claims_device: ClassVar[bool] = True
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.supported_loaders = ("cpu", "cpu-fast", *cls.decoders)
-
-    @classmethod
-    def child_environment(cls, nproc_per_node: int) -> dict[str, str]:
-        """Environment variables the configuration process needs, set by the runner before it starts (e.g. the one
-        GPU a single-process configuration may see)."""
-        return {}
+    #: What the device is, known without opening it.
+    traits: ClassVar[DeviceTraits]
 
     def __init__(self, local_rank: int = 0) -> None:
         self.local_rank = local_rank
         self._device: Any = None
-        self._decoders: dict[str, Any] = {}
+        self.decoders = DeviceDecoders(self)
+        self._numerics, self._training = Numerics(self), TrainingOps(self)
 
-    # --- identity and availability -------------------------------------------------------
     @classmethod
     @abstractmethod
     def availability(cls) -> Availability:
         """Whether this device is usable here; never raises."""
 
-    @abstractmethod
-    def device_info(self) -> dict[str, Any]:
-        """Facts for the manifest: device name, count, driver/runtime versions, memory, peak FLOP/s."""
-
-    # --- lifecycle -------------------------------------------------------------------------
     def setup(self) -> Any:
-        """Claim the device and return its ``torch.device``.
+        """Claim the device and return its ``torch.device`` (then also :attr:`torch_device`).
 
         Raises :class:`DeviceUnavailableError` (with the availability reason) when it is absent.
         """
         avail = self.availability()
         if not avail.available:
             raise DeviceUnavailableError(f"device {self.name!r} is not available: {avail.reason}")
-        self._device = self._create_device()
+        self._device = self.open_device()
         return self._device
-
-    @abstractmethod
-    def _create_device(self) -> Any:
-        """Return the ``torch.device`` for this rank (called once the device is known available)."""
 
     @property
     def torch_device(self) -> Any:
+        """The ``torch.device`` :meth:`setup` claimed."""
         if self._device is None:
             raise RuntimeError(f"{type(self).__name__}.setup() has not been called")
         return self._device
 
+    @abstractmethod
+    def open_device(self) -> Any:
+        """Return the ``torch.device`` for this rank (called once the device is known available)."""
+
     def teardown(self) -> None:
         """Release what :meth:`setup` claimed (and the decoders built since)."""
-        for decoder in self._decoders.values():
-            decoder.close()
-        self._decoders.clear()
+        self.decoders.close()
 
-    # --- execution -------------------------------------------------------------------------
     @abstractmethod
     def synchronize(self) -> None:
         """Block until all queued work on the device is done (timers read the clock after this)."""
 
-    def step_boundary(self) -> None:
-        """Called once per training step after the optimizer step (e.g. HPU lazy-mode ``mark_step``)."""
+    @abstractmethod
+    def facts(self) -> dict[str, Any]:
+        """Facts for the manifest: device name, count, driver/runtime versions, memory, peak FLOP/s."""
 
-    def prepare_framework(self) -> None:
-        """Called once before the workload builds its model (e.g. optimum-habana's
-        ``adapt_transformers_to_gaudi()``)."""
+    def numerics(self) -> Numerics:
+        """Precisions, autocast, MLPerf's disclosures, determinism and seeding on this device."""
+        return self._numerics
 
-    def place_model(self, model: Any) -> Any:
-        """Move a model to the device; adapters may also wrap it (e.g. HPU graphs)."""
-        return model.to(self.torch_device)
+    def training(self) -> TrainingOps:
+        """Model placement, the optimizer, gradient clipping and the step boundary on this device."""
+        return self._training
 
-    def training_ops(self) -> TrainingOps:
-        """The optimizer and gradient clipping this device runs (torch's unless the device has its own)."""
-        return TrainingOps()
+    @abstractmethod
+    def memory(self) -> MemoryMeter:
+        """The device's peak-memory meter."""
 
-    def run_params(self) -> dict[str, str]:
-        """How the device runs (e.g. HPU lazy or eager mode), recorded as MLflow params of the run."""
+
+def child_environment(adapter: type[DeviceAdapter], nproc_per_node: int) -> dict[str, str]:
+    """Environment variables a configuration process on ``adapter``'s device needs, set by the runner before it
+    starts: the one device a single-process configuration may see (:attr:`DeviceTraits.one_device_variable`)."""
+    variable = adapter.traits.one_device_variable
+    if variable is None or nproc_per_node != 1:
         return {}
-
-    def to_device(self, tensor: Any) -> Any:
-        return tensor.to(self.torch_device, non_blocking=True)
-
-    # --- numerics ---------------------------------------------------------------------------
-    def seed(self, seed: int) -> None:
-        """Seed every RNG involved: Python, NumPy, torch, and the device's own generators."""
-        seed_everything(seed)
-        self._seed_device(seed)
-
-    def _seed_device(self, seed: int) -> None:
-        """Seed device-specific generators (torch.manual_seed already covers CPU and CUDA)."""
-
-    def configure_determinism(self) -> None:
-        """Ask the framework for deterministic kernels (``torch.use_deterministic_algorithms``)."""
-        import torch
-
-        torch.use_deterministic_algorithms(True, warn_only=False)
-
-    @abstractmethod
-    def supported_precisions(self) -> tuple[str, ...]:
-        """Precisions this device runs (a subset of :data:`suite.config.PRECISIONS`)."""
-
-    def autocast(self, precision: str) -> ContextManager[Any]:
-        """The autocast context for ``precision``; an unsupported precision is an error, never a swap."""
-        import torch
-
-        if precision not in self.supported_precisions():
-            raise ConfigError(
-                f"precision {precision!r} is not supported on {self.name}; "
-                f"supported: {', '.join(self.supported_precisions())}"
-            )
-        if precision == "fp32":
-            return contextlib.nullcontext()
-        if precision == "bf16":
-            return torch.autocast(device_type=self.torch_device.type, dtype=torch.bfloat16)
-        raise ConfigError(f"precision {precision!r} has no autocast rule on {self.name}")
-
-    def numerics(self, precision: str) -> dict[str, str]:
-        """The lowest numerical precision of linear layers, attention and gradient communication when running
-        ``precision`` (MLPerf's disclosures; its spelling: ``fp32``, ``bfloat16``...). bf16 autocast runs matmuls
-        in bfloat16; gradients of fp32 parameters are reduced in fp32."""
-        compute = "bfloat16" if precision == "bf16" else "fp32"
-        return {"linear": compute, "attn": compute, "comm": "fp32"}
-
-    # --- memory -----------------------------------------------------------------------------
-    @abstractmethod
-    def reset_peak_memory(self) -> None:
-        """Start a new peak-memory window."""
-
-    @abstractmethod
-    def peak_memory(self) -> DeviceMemory | None:
-        """Peak device memory since :meth:`reset_peak_memory`, or ``None`` if it cannot be read."""
-
-    # --- on-device image decoding -----------------------------------------------------------
-    def decoder_builds(self) -> int:
-        """Pipelines the decoders built so far (a step that builds one is timed with it)."""
-        return sum(decoder.builds for decoder in self._decoders.values())
-
-    def decoder_for(self, loader: str) -> Any:
-        """The decoder (one instance per configuration) that serves ``loader`` on this device."""
-        if loader not in self.decoders:
-            raise ConfigError(f"loader {loader!r} has no decoder on {self.name}; supported: "
-                              f"{', '.join(self.supported_loaders)}")
-        if loader not in self._decoders:
-            from suite.registry import load_decoder
-
-            self._decoders[loader] = load_decoder(self.decoders[loader])(self)
-        return self._decoders[loader]
+    allowed = [v.strip() for v in os.environ.get(variable, "").split(",") if v.strip()]
+    return {variable: allowed[0] if allowed else "0"}
 
 
-def prepare_device(config: "RunConfig", adapter: Any) -> None:
+def run_params(adapter: DeviceAdapter) -> dict[str, str]:
+    """How the device runs (numerics and training choices), recorded as MLflow params of the run."""
+    return {**adapter.numerics().run_params(), **adapter.training().run_params()}
+
+
+def prepare_device(config: "RunConfig", adapter: DeviceAdapter) -> None:
     """Refuse a loader or precision the device does not run (never swap it), then make it deterministic
     and seed every RNG. Shared by the run process and the pytest plugin."""
-    if config.loader not in adapter.supported_loaders:
-        raise SuiteError(
-            f"loader {config.loader!r} is not supported on {config.device}; "
-            f"supported: {', '.join(adapter.supported_loaders)}"
-        )
-    adapter.autocast(config.precision)  # fails now, not mid-run, if the precision is unsupported
-    adapter.configure_determinism()
-    adapter.seed(config.seed)
+    loaders = adapter.traits.supported_loaders
+    if config.loader not in loaders:
+        raise SuiteError(f"loader {config.loader!r} is not supported on {config.device}; "
+                         f"supported: {', '.join(loaders)}")
+    numerics = adapter.numerics()
+    numerics.autocast(config.precision)  # fails now, not mid-run, if the precision is unsupported
+    numerics.make_deterministic()
+    numerics.seed(config.seed)

@@ -13,7 +13,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from suite.devices.base import Availability, DeviceAdapter, DeviceMemory
+from suite.devices.base import Availability, DeviceAdapter, DeviceTraits
+from suite.devices.interfaces import DeviceMemory, MemoryMeter, Numerics
 
 #: What "device peak memory" means on a CPU, said wherever the figure is shown (tables, plots, the report).
 DEVICE_MEMORY_NOTE = ("device peak on cpu: the training process's host RSS high-water mark (VmHWM), the same memory "
@@ -44,16 +45,41 @@ def cpu_model_name() -> str:
     return platform.processor() or platform.machine()
 
 
+class CPUNumerics(Numerics):
+    def supported(self) -> tuple[str, ...]:
+        return ("fp32", "bf16")
+
+
+class CPUMemory(MemoryMeter):
+    """The training process's resident high-water mark, its window reset through ``/proc/self/clear_refs``."""
+
+    def __init__(self, adapter: DeviceAdapter) -> None:
+        super().__init__(adapter)
+        self._hwm_resettable = False
+
+    def reset_peak(self) -> None:
+        try:
+            _CLEAR_REFS.write_text("5")
+            self._hwm_resettable = True
+        except OSError:
+            self._hwm_resettable = False
+
+    def peak(self) -> DeviceMemory | None:
+        hwm = _read_vm_hwm_bytes()
+        if hwm is None or not self._hwm_resettable:
+            return None
+        return DeviceMemory(peak_bytes=hwm, source="VmHWM of the training process (host memory)")
+
+
 class CPUAdapter(DeviceAdapter):
     name = "cpu"
-    description = "Host CPU (PyTorch CPU backend); the embedded default"
-    distributed_backend = "gloo"
-    decoders = {"device": "pillow", "dali": "dali"}  # DALI's CPU pipeline
-    probe_claims_device = False  # availability asks torch only: nothing is opened
+    #: DALI's CPU pipeline serves the dali loader; availability asks torch only: nothing is opened
+    traits = DeviceTraits("Host CPU (PyTorch CPU backend); the embedded default", "gloo",
+                          decoders={"device": "pillow", "dali": "dali"}, probe_claims_device=False)
 
     def __init__(self, local_rank: int = 0) -> None:
         super().__init__(local_rank)
-        self._hwm_resettable = False
+        self._numerics, self._memory = CPUNumerics(self), CPUMemory(self)
 
     @classmethod
     def availability(cls) -> Availability:
@@ -63,7 +89,7 @@ class CPUAdapter(DeviceAdapter):
             return Availability(False, f"torch is not importable: {exc}")
         return Availability(True, "", {"cpu_model": cpu_model_name(), "logical_cores": os.cpu_count()})
 
-    def _create_device(self) -> Any:
+    def open_device(self) -> Any:
         import torch
 
         return torch.device("cpu")
@@ -71,23 +97,10 @@ class CPUAdapter(DeviceAdapter):
     def synchronize(self) -> None:
         """CPU kernels run synchronously: nothing is queued."""
 
-    def supported_precisions(self) -> tuple[str, ...]:
-        return ("fp32", "bf16")
+    def memory(self) -> MemoryMeter:
+        return self._memory
 
-    def reset_peak_memory(self) -> None:
-        try:
-            _CLEAR_REFS.write_text("5")
-            self._hwm_resettable = True
-        except OSError:
-            self._hwm_resettable = False
-
-    def peak_memory(self) -> DeviceMemory | None:
-        hwm = _read_vm_hwm_bytes()
-        if hwm is None or not self._hwm_resettable:
-            return None
-        return DeviceMemory(peak_bytes=hwm, source="VmHWM of the training process (host memory)")
-
-    def device_info(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, Any]:
         import psutil
         import torch
 

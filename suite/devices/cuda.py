@@ -13,11 +13,13 @@ nvidia-ml-py comes with the ``cuda`` extra and is imported only here.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from suite.devices.base import Availability, DeviceAdapter, DeviceMemory, driver_text
+from suite.devices.base import Availability, DeviceAdapter, DeviceTraits, driver_text
+from suite.devices.interfaces import DeviceMemory, MemoryMeter, Numerics
 from suite.errors import SuiteError
 
 
@@ -69,14 +71,108 @@ def _nvml() -> Any | None:
     return pynvml
 
 
+class CudaNumerics(Numerics):
+    """CUDA without TF32, cuDNN deterministic and cuBLAS's workspace set: fp32 means fp32, twice the same."""
+
+    def supported(self) -> tuple[str, ...]:
+        import torch
+
+        return ("fp32", "bf16") if torch.cuda.is_bf16_supported() else ("fp32",)
+
+    def seed_device(self, seed: int) -> None:
+        import torch
+
+        torch.cuda.manual_seed_all(seed)
+
+    def make_deterministic(self) -> None:
+        import torch
+
+        if os.environ.get("CUBLAS_WORKSPACE_CONFIG") is None:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE_CONFIG
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32: TF32 would change the numerics
+        torch.backends.cudnn.allow_tf32 = False
+        super().make_deterministic()
+
+    def lowest_precisions(self, precision: str) -> dict[str, str]:
+        """As the base, but fp32 matmuls are TF32 where torch allows it (the suite switches it off)."""
+        import torch
+
+        lowest = super().lowest_precisions(precision)
+        if precision == "fp32" and torch.backends.cuda.matmul.allow_tf32:
+            lowest["linear"] = lowest["attn"] = "tf32"
+        return lowest
+
+    def run_params(self) -> dict[str, str]:
+        import torch
+
+        return {"cuda.deterministic": "cudnn.deterministic+use_deterministic_algorithms",
+                "cuda.tf32": str(torch.backends.cuda.matmul.allow_tf32).lower(),
+                "cuda.cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ""),
+                "cuda.visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "all")}
+
+
+class CudaMemory(MemoryMeter):
+    """torch's allocator peak, with the driver's view (NVML) beside it."""
+
+    def reset_peak(self) -> None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(self.adapter.torch_device)
+
+    def peak(self) -> DeviceMemory | None:
+        import torch
+
+        device = self.adapter.torch_device
+        extra = {"reserved_peak": int(torch.cuda.max_memory_reserved(device))}
+        driver, how = self._driver_memory()
+        extra.update(driver)
+        return DeviceMemory(peak_bytes=int(torch.cuda.max_memory_allocated(device)),
+                            source=f"torch.cuda.max_memory_allocated; driver view: {how}", extra=extra)
+
+    def _driver_memory(self) -> tuple[dict[str, int], str]:
+        """The driver's view (NVML has no peak: read at the end): this process's memory; where NVML cannot match the
+        process (a container's PIDs are not the host's), the device's used memory, named as such; and what was read
+        or why nothing was."""
+        nvml = _nvml()
+        if nvml is None:
+            return {}, "not read: nvidia-ml-py absent or no driver"
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(physical_index(self.adapter.local_rank))
+            for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if process.pid == os.getpid() and process.usedGpuMemory is not None:
+                    return {"nvml_process_used_at_end": int(process.usedGpuMemory)}, "NVML, this process"
+            used = int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
+        except Exception as exc:  # noqa: BLE001 - no driver view, not a failure: recorded why
+            return {}, f"not read: NVML failed ({type(exc).__name__}: {' '.join(str(exc).split())})"
+        return ({"nvml_device_used_at_end": used},
+                "NVML lists no process with this PID (in a container PIDs differ from the host's): the whole "
+                "device's used memory instead, every process on it included")
+
+
+def physical_index(local_rank: int) -> int:
+    """The GPU index NVML knows this rank's device by (``CUDA_VISIBLE_DEVICES`` renumbers them for torch)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        entries = [v.strip() for v in visible.split(",") if v.strip()]
+        if local_rank < len(entries) and entries[local_rank].isdigit():
+            return int(entries[local_rank])
+    return local_rank
+
+
 class CUDAAdapter(DeviceAdapter):
     name: ClassVar[str] = "cuda"
-    description: ClassVar[str] = "Any NVIDIA GPU (CUDA), identified in the records"
-    distributed_backend: ClassVar[str] = "nccl"
-    decoders = {"device": "nvjpeg", "dali": "dali"}
-    address_space_limit_ok = False  # the CUDA driver reserves address space of about twice the GPU memory
+    #: the CUDA driver reserves address space of about twice the GPU memory: no --memory-limit
+    traits = DeviceTraits("Any NVIDIA GPU (CUDA), identified in the records", "nccl",
+                          decoders={"device": "nvjpeg", "dali": "dali"}, address_space_limit_ok=False,
+                          one_device_variable="CUDA_VISIBLE_DEVICES")
     #: The card family this adapter claims (the exact names of :data:`KNOWN_CARDS`); None: any card.
     family: ClassVar[str | None] = None
+
+    def __init__(self, local_rank: int = 0) -> None:
+        super().__init__(local_rank)
+        self._numerics, self._memory = CudaNumerics(self), CudaMemory(self)
 
     @classmethod
     def availability(cls) -> Availability:
@@ -102,16 +198,7 @@ class CUDAAdapter(DeviceAdapter):
             details["variant"] = card.variant
         return Availability(True, "", details)
 
-    @classmethod
-    def child_environment(cls, nproc_per_node: int) -> dict[str, str]:
-        """One process, one GPU: a single-process configuration sees only its device, so that nothing in it (the
-        transformers Trainer wraps a model in ``nn.DataParallel`` over every visible GPU) spreads over the node."""
-        if nproc_per_node != 1:
-            return {}
-        visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-        return {"CUDA_VISIBLE_DEVICES": visible[0] if visible else "0"}
-
-    def _create_device(self) -> Any:
+    def open_device(self) -> Any:
         import torch
 
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE_CONFIG)
@@ -126,86 +213,10 @@ class CUDAAdapter(DeviceAdapter):
 
         torch.cuda.synchronize(self.torch_device)
 
-    def _seed_device(self, seed: int) -> None:
-        import torch
+    def memory(self) -> MemoryMeter:
+        return self._memory
 
-        torch.cuda.manual_seed_all(seed)
-
-    def configure_determinism(self) -> None:
-        import torch
-
-        if os.environ.get("CUBLAS_WORKSPACE_CONFIG") is None:
-            os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE_CONFIG
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32: TF32 would change the numerics
-        torch.backends.cudnn.allow_tf32 = False
-        super().configure_determinism()
-
-    def run_params(self) -> dict[str, str]:
-        import torch
-
-        return {"cuda.deterministic": "cudnn.deterministic+use_deterministic_algorithms",
-                "cuda.tf32": str(torch.backends.cuda.matmul.allow_tf32).lower(),
-                "cuda.cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG", ""),
-                "cuda.visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "all")}
-
-    def supported_precisions(self) -> tuple[str, ...]:
-        import torch
-
-        return ("fp32", "bf16") if torch.cuda.is_bf16_supported() else ("fp32",)
-
-    def numerics(self, precision: str) -> dict[str, str]:
-        """As the base, but fp32 matmuls are TF32 where torch allows it (the suite switches it off)."""
-        import torch
-
-        numerics = super().numerics(precision)
-        if precision == "fp32" and torch.backends.cuda.matmul.allow_tf32:
-            numerics["linear"] = numerics["attn"] = "tf32"
-        return numerics
-
-    def reset_peak_memory(self) -> None:
-        import torch
-
-        torch.cuda.reset_peak_memory_stats(self.torch_device)
-
-    def peak_memory(self) -> DeviceMemory | None:
-        import torch
-
-        extra = {"reserved_peak": int(torch.cuda.max_memory_reserved(self.torch_device))}
-        driver, how = self._driver_memory()
-        extra.update(driver)
-        return DeviceMemory(peak_bytes=int(torch.cuda.max_memory_allocated(self.torch_device)),
-                            source=f"torch.cuda.max_memory_allocated; driver view: {how}", extra=extra)
-
-    def _driver_memory(self) -> tuple[dict[str, int], str]:
-        """The driver's view (NVML has no peak: read at the end): this process's memory; where NVML cannot match the
-        process (a container's PIDs are not the host's), the device's used memory, named as such; and what was read
-        or why nothing was."""
-        nvml = _nvml()
-        if nvml is None:
-            return {}, "not read: nvidia-ml-py absent or no driver"
-        try:
-            handle = nvml.nvmlDeviceGetHandleByIndex(self._physical_index())
-            for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if process.pid == os.getpid() and process.usedGpuMemory is not None:
-                    return {"nvml_process_used_at_end": int(process.usedGpuMemory)}, "NVML, this process"
-            used = int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
-        except Exception as exc:  # noqa: BLE001 - no driver view, not a failure: recorded why
-            return {}, f"not read: NVML failed ({type(exc).__name__}: {' '.join(str(exc).split())})"
-        return ({"nvml_device_used_at_end": used},
-                "NVML lists no process with this PID (in a container PIDs differ from the host's): the whole "
-                "device's used memory instead, every process on it included")
-
-    def _physical_index(self) -> int:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible:
-            entries = [v.strip() for v in visible.split(",") if v.strip()]
-            if self.local_rank < len(entries) and entries[self.local_rank].isdigit():
-                return int(entries[self.local_rank])
-        return self.local_rank
-
-    def device_info(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, Any]:
         import torch
 
         device = self.torch_device
@@ -237,11 +248,13 @@ class CUDAAdapter(DeviceAdapter):
 
 class H100Adapter(CUDAAdapter):
     name = "h100"
-    description = "NVIDIA H100 (SXM5, PCIe, NVL; CUDA); refuses any other card"
+    traits = dataclasses.replace(CUDAAdapter.traits,
+                                 description="NVIDIA H100 (SXM5, PCIe, NVL; CUDA); refuses any other card")
     family = "H100"
 
 
 class A100Adapter(CUDAAdapter):
     name = "a100"
-    description = "NVIDIA A100 (SXM4, PCIe; CUDA); refuses any other card"
+    traits = dataclasses.replace(CUDAAdapter.traits,
+                                 description="NVIDIA A100 (SXM4, PCIe; CUDA); refuses any other card")
     family = "A100"

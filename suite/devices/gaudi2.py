@@ -11,7 +11,7 @@ never needs it.
   ``hpu.synchronize()``; in eager mode there is no mark_step.
 * As the reference's ``Habana/clip`` Gaudi config: ``adapt_transformers_to_gaudi()`` before the model is built,
   Habana's fused AdamW (``hpex.optimizers.FusedAdamW``) and fused gradient clipping
-  (``hpex.normalization.FusedClipNorm``) behind :meth:`Gaudi2Adapter.training_ops`, torch autocast to bf16 when
+  (``hpex.normalization.FusedClipNorm``) behind ``Gaudi2Adapter.training()``, torch autocast to bf16 when
   that precision is asked. Which optimizer ran is recorded.
 * optimum-habana's ``GaudiTrainingArguments`` reads ``PT_HPU_LAZY_MODE`` itself, and an unset variable reads as lazy
   there (it raises for ``use_lazy_mode=False``): once the bridge has said which mode runs, the configuration's process
@@ -31,7 +31,8 @@ import io
 import os
 from typing import Any, Mapping
 
-from suite.devices.base import Availability, DeviceAdapter, DeviceMemory, TrainingOps, driver_text
+from suite.devices.base import Availability, DeviceAdapter, DeviceTraits, driver_text
+from suite.devices.interfaces import DeviceMemory, MemoryMeter, Numerics, TrainingOps
 from suite.errors import SuiteError
 
 #: Dense bf16 peak of one Gaudi2 (Intel's published matrix-engine figure), FLOP/s.
@@ -81,12 +82,22 @@ def hlml_init(hlml: Any) -> None:
         hlml.hlmlInit()
 
 
-class HabanaFusedOps(TrainingOps):
-    """Habana's fused AdamW and fused gradient clipping (the ``Habana/clip`` Gaudi config)."""
+class HabanaTraining(TrainingOps):
+    """Training on Gaudi2: optimum-habana adapts transformers first, Habana's fused AdamW and fused gradient clipping
+    (the ``Habana/clip`` Gaudi config), and ``mark_step`` at each step boundary in lazy mode."""
 
-    def __init__(self) -> None:
+    def __init__(self, adapter: "Gaudi2Adapter") -> None:
+        super().__init__(adapter)
+        self.gaudi = adapter
         self.optimizer = ""
         self._clipper: Any = None
+
+    def prepare_framework(self) -> None:
+        try:
+            from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
+        except ImportError as exc:
+            raise SuiteError(f"optimum-habana is needed on Gaudi2: pip install 'suite-bench[gaudi]' ({exc})") from exc
+        adapt_transformers_to_gaudi()
 
     def make_optimizer(self, params: Any, lr: float, eps: float, weight_decay: float) -> tuple[Any, str]:
         try:
@@ -104,18 +115,86 @@ class HabanaFusedOps(TrainingOps):
             self._clipper = clip(params, max_norm)
         self._clipper.clip_norm(params)
 
+    def step_boundary(self) -> None:
+        self.gaudi.mark_step()
+
+    def run_params(self) -> dict[str, str]:
+        return {"hpu.mode": self.gaudi.mode, "hpu.optimizer": self.optimizer or "not created yet",
+                "hpu.grad_clipping": "hpex.normalization.FusedClipNorm", "hpu.graphs": "off",
+                **self.gaudi.mode_variable}
+
+
+class HabanaNumerics(Numerics):
+    def supported(self) -> tuple[str, ...]:
+        return ("fp32", "bf16")
+
+    def seed_device(self, seed: int) -> None:
+        importlib.import_module("habana_frameworks.torch.hpu.random").manual_seed_all(seed)
+
+    def make_deterministic(self) -> None:
+        """HPU kernels are deterministic for a fixed graph; torch's switch covers the rest."""
+        import torch
+
+        torch.use_deterministic_algorithms(True, warn_only=True)  # strict mode rejects some HPU ops
+
+
+class HabanaMemory(MemoryMeter):
+    """The HPU allocator's peak, with its limit and HLML's view of the card beside it."""
+
+    def reset_peak(self) -> None:
+        _hpu().reset_peak_memory_stats()
+
+    def peak(self) -> DeviceMemory | None:
+        hpu = _hpu()
+        extra: dict[str, int] = {}
+        stats = hpu.memory_stats()
+        if isinstance(stats, dict) and "Limit" in stats:
+            extra["allocator_limit"] = int(stats["Limit"])
+        card = card_facts(self.adapter.local_rank)
+        if card.get("used") is not None:
+            extra["hlml_device_used_at_end"] = card["used"]
+        return DeviceMemory(peak_bytes=int(hpu.max_memory_allocated()), source="habana hpu.max_memory_allocated",
+                            extra=extra)
+
+
+def card_facts(local_rank: int) -> dict[str, Any]:
+        """HLML's view of this process's card (module id, PCI bus id, used and total bytes), or why there is none."""
+        try:
+            import pyhlml
+        except ImportError:
+            return {"hlml": "not read: habana-pyhlml is not installed"}
+        try:
+            hlml_init(pyhlml)
+            count = int(pyhlml.hlmlDeviceGetCount())
+            handles = [pyhlml.hlmlDeviceGetHandleByIndex(i) for i in range(count)]
+            wanted = module_id_of(local_rank)
+            if wanted is None and count != 1:
+                return {"hlml": f"not read: {count} cards and neither HLS_MODULE_ID nor HABANA_VISIBLE_MODULES says "
+                                "which one this process holds"}
+            handle = handles[0] if wanted is None else next(
+                (h for h in handles if int(pyhlml.hlmlDeviceGetModuleID(h)) == wanted), None)
+            if handle is None:
+                return {"hlml": f"not read: no card with module id {wanted} among HLML's {count}"}
+            memory = pyhlml.hlmlDeviceGetMemoryInfo(handle)
+            return {"module_id": int(pyhlml.hlmlDeviceGetModuleID(handle)), "used": int(memory.used),
+                    "total": int(memory.total), "pci_bus_id": driver_text(pyhlml.hlmlDeviceGetPCIInfo(handle).bus_id),
+                    "driver_version": driver_text(pyhlml.hlmlGetDriverVersion()),
+                    "firmware_version": driver_text(pyhlml.hlmlDeviceGetFirmwareFITVersion(handle))}
+        except Exception as exc:  # noqa: BLE001 - no driver view, not a failure: recorded why
+            return {"hlml": f"not read: {type(exc).__name__}: {' '.join(str(exc).split())}"}
+
 
 class Gaudi2Adapter(DeviceAdapter):
     name = "gaudi2"
-    description = "Intel Gaudi2 HPU (habana_frameworks, optimum-habana); lazy or eager mode, as the bridge runs"
-    distributed_backend = "hccl"
-    decoders = {"device": "habana-media-pipe"}  # DALI is NVIDIA's
+    traits = DeviceTraits("Intel Gaudi2 HPU (habana_frameworks, optimum-habana); lazy or eager mode, as the bridge "
+                          "runs", "hccl", decoders={"device": "habana-media-pipe"})  # DALI is NVIDIA's
 
     def __init__(self, local_rank: int = 0) -> None:
         super().__init__(local_rank)
-        self._ops = HabanaFusedOps()
+        self._numerics, self._memory = HabanaNumerics(self), HabanaMemory(self)
+        self._training = HabanaTraining(self)
         self._mode: str | None = None
-        self._mode_variable: dict[str, str] = {}
+        self.mode_variable: dict[str, str] = {}  # PT_HPU_LAZY_MODE as exported, and as it was found
 
     @classmethod
     def availability(cls) -> Availability:
@@ -137,7 +216,7 @@ class Gaudi2Adapter(DeviceAdapter):
             return Availability(False, f"device is {name}, not Gaudi2", details)
         return Availability(True, "", details)
 
-    def _create_device(self) -> Any:
+    def open_device(self) -> Any:
         import torch
 
         importlib.import_module("habana_frameworks.torch.core")  # registers the hpu device with torch
@@ -147,104 +226,36 @@ class Gaudi2Adapter(DeviceAdapter):
             except ImportError:
                 pass
         self._mode = hpu_mode()
-        self._mode_variable = export_mode(self._mode)
+        self.mode_variable = export_mode(self._mode)
         return torch.device("hpu")
 
     @property
     def mode(self) -> str:
+        """``lazy`` or ``eager``: how the bridge runs (see :func:`hpu_mode`)."""
         if self._mode is None:
             self._mode = hpu_mode()
         return self._mode
 
-    # --- execution -------------------------------------------------------------------------
-    def _mark_step(self) -> None:
+    def mark_step(self) -> None:
+        """In lazy mode, run the graph accumulated so far (``htcore.mark_step``)."""
         if self.mode == "lazy":
             importlib.import_module("habana_frameworks.torch.core").mark_step()
 
     def synchronize(self) -> None:
-        self._mark_step()
+        self.mark_step()
         _hpu().synchronize()
 
-    def step_boundary(self) -> None:
-        self._mark_step()
+    def memory(self) -> MemoryMeter:
+        return self._memory
 
-    def prepare_framework(self) -> None:
-        try:
-            from optimum.habana.transformers.modeling_utils import adapt_transformers_to_gaudi
-        except ImportError as exc:
-            raise SuiteError(f"optimum-habana is needed on Gaudi2: pip install 'suite-bench[gaudi]' ({exc})") from exc
-        adapt_transformers_to_gaudi()
-
-    def training_ops(self) -> TrainingOps:
-        return self._ops
-
-    def run_params(self) -> dict[str, str]:
-        return {"hpu.mode": self.mode, "hpu.optimizer": self._ops.optimizer or "not created yet",
-                "hpu.grad_clipping": "hpex.normalization.FusedClipNorm", "hpu.graphs": "off", **self._mode_variable}
-
-    # --- numerics ---------------------------------------------------------------------------
-    def _seed_device(self, seed: int) -> None:
-        importlib.import_module("habana_frameworks.torch.hpu.random").manual_seed_all(seed)
-
-    def configure_determinism(self) -> None:
-        """HPU kernels are deterministic for a fixed graph; torch's switch covers the rest."""
-        import torch
-
-        torch.use_deterministic_algorithms(True, warn_only=True)  # strict mode rejects some HPU ops
-
-    def supported_precisions(self) -> tuple[str, ...]:
-        return ("fp32", "bf16")
-
-    # --- memory -----------------------------------------------------------------------------
-    def reset_peak_memory(self) -> None:
-        _hpu().reset_peak_memory_stats()
-
-    def peak_memory(self) -> DeviceMemory | None:
-        hpu = _hpu()
-        extra: dict[str, int] = {}
-        stats = hpu.memory_stats()
-        if isinstance(stats, dict) and "Limit" in stats:
-            extra["allocator_limit"] = int(stats["Limit"])
-        card = self._card()
-        if card.get("used") is not None:
-            extra["hlml_device_used_at_end"] = card["used"]
-        return DeviceMemory(peak_bytes=int(hpu.max_memory_allocated()), source="habana hpu.max_memory_allocated",
-                            extra=extra)
-
-    def _card(self) -> dict[str, Any]:
-        """HLML's view of this process's card (module id, PCI bus id, used and total bytes), or why there is none."""
-        try:
-            import pyhlml
-        except ImportError:
-            return {"hlml": "not read: habana-pyhlml is not installed"}
-        try:
-            hlml_init(pyhlml)
-            count = int(pyhlml.hlmlDeviceGetCount())
-            handles = [pyhlml.hlmlDeviceGetHandleByIndex(i) for i in range(count)]
-            wanted = module_id_of(self.local_rank)
-            if wanted is None and count != 1:
-                return {"hlml": f"not read: {count} cards and neither HLS_MODULE_ID nor HABANA_VISIBLE_MODULES says "
-                                "which one this process holds"}
-            handle = handles[0] if wanted is None else next(
-                (h for h in handles if int(pyhlml.hlmlDeviceGetModuleID(h)) == wanted), None)
-            if handle is None:
-                return {"hlml": f"not read: no card with module id {wanted} among HLML's {count}"}
-            memory = pyhlml.hlmlDeviceGetMemoryInfo(handle)
-            return {"module_id": int(pyhlml.hlmlDeviceGetModuleID(handle)), "used": int(memory.used),
-                    "total": int(memory.total), "pci_bus_id": driver_text(pyhlml.hlmlDeviceGetPCIInfo(handle).bus_id),
-                    "driver_version": driver_text(pyhlml.hlmlGetDriverVersion()),
-                    "firmware_version": driver_text(pyhlml.hlmlDeviceGetFirmwareFITVersion(handle))}
-        except Exception as exc:  # noqa: BLE001 - no driver view, not a failure: recorded why
-            return {"hlml": f"not read: {type(exc).__name__}: {' '.join(str(exc).split())}"}
-
-    def device_info(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, Any]:
         hpu = _hpu()
         info: dict[str, Any] = {"device_name": str(hpu.get_device_name()), "device_count": hpu.device_count(),
                                 "peak_bf16_flops": GAUDI2_PEAK_BF16_FLOPS, "hpu_mode": self.mode}
         stats = hpu.memory_stats()
         if isinstance(stats, dict) and "Limit" in stats:
             info["allocator_limit_bytes"] = int(stats["Limit"])  # what the allocator may use, not the card's memory
-        card = self._card()
+        card = card_facts(self.local_rank)
         if "total" in card:
             info.update(memory_total_bytes=card["total"], hlml_module_id=card["module_id"],
                         pci_bus_id=card["pci_bus_id"], driver_version=card["driver_version"],

@@ -4,7 +4,7 @@ Asking CUDA for a card's name creates a CUDA context, and importing Habana's bri
 (``suite run``, the device check) that asked in its own process would hold the device while its configuration
 processes start, and on an exclusive-process GPU or a one-card Gaudi host they could not get it. So the question is
 asked by ``python -m suite.devices.probe NAME...``, which answers in JSON and exits, releasing whatever it opened.
-Adapters whose question touches nothing (:attr:`~suite.devices.base.DeviceAdapter.probe_claims_device` False: the
+Adapters whose question touches nothing (:attr:`~suite.devices.base.DeviceTraits.probe_claims_device` False: the
 CPU) are asked here. :func:`probe` is what ``suite devices``, ``suite run`` (which refuses an unavailable device
 before it creates anything) and ``scripts/device-check.sh`` ask.
 
@@ -40,7 +40,7 @@ def _ask(name: str, precisions: bool) -> dict[str, Any]:
         try:
             adapter = cls()
             adapter.setup()
-            answer["details"]["supported_precisions"] = list(adapter.supported_precisions())
+            answer["details"]["supported_precisions"] = list(adapter.numerics().supported())
             adapter.teardown()
         except Exception as exc:  # noqa: BLE001 - said, not raised: the device is there but cannot be set up
             answer.update(available=False, reason=f"set-up failed: {type(exc).__name__}: "
@@ -55,7 +55,7 @@ def probe(names: Sequence[str], precisions: bool = False) -> dict[str, Availabil
     remote = []
     for name in dict.fromkeys(names):
         cls = load_device(name)
-        if cls.probe_claims_device or precisions:
+        if cls.traits.probe_claims_device or precisions:
             remote.append(name)
         else:
             answers[name] = cls.availability()

@@ -20,6 +20,8 @@ from suite.analysis.compare import THROUGHPUT, Row, rows_from_results
 from suite.analysis.published import Alignment, align, load_reference, measured_table, reference_table
 from suite.errors import SuiteError
 from suite.fileio import read_record_text
+from suite.results.record import FINISHED, dataset_warning, differing_datasets
+from suite.results.store import ResultsStore
 from suite.tracking.reading import matrix_run_view
 
 #: Manifest fields shown as provenance, in this order.
@@ -124,8 +126,6 @@ def _alignment(rows: Sequence[Row], reference: str | None, content: ReportConten
 
 def from_folder(folder: Path, reference: str | None, audits: Sequence[Path] = ()) -> ReportContent:
     """The report of a results folder (``suite run``, ``suite tune`` or ``suite audit`` output)."""
-    from suite.results.record import FINISHED, dataset_warning, differing_datasets
-    from suite.results.store import ResultsStore
 
     store = ResultsStore(folder)
     matrix = store.matrix()

@@ -11,6 +11,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
+from suite.devices.cpu import cpu_model_name
+
 #: Distributions whose versions are recorded with every run (absent ones are recorded as absent).
 TRACKED_DISTRIBUTIONS = (
     "suite-bench",
@@ -60,7 +62,6 @@ def git_state() -> dict[str, Any]:
 def host_facts() -> dict[str, Any]:
     import os
 
-    from suite.devices.cpu import cpu_model_name
 
     return {
         "python": sys.version.split()[0],

@@ -17,6 +17,7 @@ from typing import Any
 from suite.config import RunConfig
 from suite.errors import ConfigError, RecordingError, ResultsFolderError
 from suite.fileio import read_record_text, write_json_atomic
+from suite.results.manifest import COMPLETE
 from suite.results.record import END_STATUSES, RUNNING, RunResult
 
 SCHEMA_VERSION = 2
@@ -148,7 +149,6 @@ class RunFiles:
     def manifest_complete(self) -> bool:
         """Whether the run's manifest is the complete one (not missing, unreadable, or the one written before the
         run)."""
-        from suite.results.manifest import COMPLETE
 
         try:
             return _read_json(self.manifest).get("stage", COMPLETE) == COMPLETE

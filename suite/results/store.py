@@ -42,6 +42,7 @@ from suite.results.files import (
     read_scores_file,
     validate_result,
 )
+from suite.results.manifest import build_manifest, load_manifest
 from suite.results.record import RunResult
 
 
@@ -224,7 +225,6 @@ class ResultsStore:
         """Write what this store holds in memory (matrix, runs, scores) to a rescue file outside the results
         folder (the temporary folder, else the user's cache), for ``suite recover --from``; ``None`` if no
         place could take it."""
-        from suite.results.manifest import build_manifest
 
         matrix = self.matrix_info
         payload = {"schema_version": SCHEMA_VERSION, "matrix": matrix.to_dict(), "results_folder": str(self.root),
@@ -270,7 +270,6 @@ class ResultsStore:
 
     def manifest_of(self, result: RunResult) -> dict[str, Any] | None:
         """The run's manifest, read from this folder (``None`` if the run has none)."""
-        from suite.results.manifest import load_manifest
 
         folder = self.run_folder(result)
         if folder is None or not (folder / "manifest.json").is_file():

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Callable
 
 from suite.config import RunConfig
+from suite.devices.base import child_environment
 from suite.events import LAUNCHED_AT_ENV
+from suite.registry import load_device
 
 PROCESS_MODULE = "suite.run.process"
 
@@ -61,10 +63,9 @@ def launcher_command(config: RunConfig, run_name: str) -> list[str]:
 
 
 def _child_environment(config: RunConfig) -> dict[str, str]:
-    from suite.registry import load_device
 
     return {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1",
-            **load_device(config.device).child_environment(config.nproc_per_node)}
+            **child_environment(load_device(config.device), config.nproc_per_node)}
 
 
 def _public(environment: dict[str, str]) -> dict[str, str]:

@@ -23,7 +23,7 @@ from suite.errors import RecordingError, ResultsFolderError
 from suite.events import LAUNCHED_AT_ENV
 from suite.events import parse as parse_event
 from suite.meters.host_ram import HostRamSampler
-from suite.results.files import RunFiles
+from suite.results.files import RunFiles, validate_result
 from suite.results.manifest import build_manifest
 from suite.results.record import FAILED, FINISHED, WORKER_NODE, RunResult
 from suite.results.store import ResultsStore
@@ -129,7 +129,6 @@ def _read_result(files: RunFiles) -> RunResult | None:
 
 
 def _validated(received: dict[str, Any] | None, files: RunFiles) -> RunResult | None:
-    from suite.results.files import validate_result
 
     if received is None:
         return None

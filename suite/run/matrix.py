@@ -11,8 +11,8 @@ matrix is FAILED with the reason. An interrupt records the running configuration
 
 from __future__ import annotations
 
-import functools
 import dataclasses
+import functools
 import time
 import uuid
 from dataclasses import dataclass

@@ -33,7 +33,11 @@ from typing import Any, Callable
 from mlperf_logging.mllog import constants
 
 from suite.config import RunConfig
+from suite.devices.base import prepare_device
+from suite.events import emit
 from suite.meters.host_ram import PSS_CPU_BUDGET
+from suite.registry import load_device, load_workload
+from suite.results.mlperf_log import MlperfLog
 from suite.run.overhead_trackers import (
     RAM_SAMPLE_INTERVAL_S,
     SECTIONS,
@@ -42,6 +46,7 @@ from suite.run.overhead_trackers import (
     _TimedAdapter,
     _Trackers,
 )
+from suite.run.steps import TrainingSteps
 
 
 def mean_interval(values: list[float]) -> tuple[float, float, float]:
@@ -58,11 +63,6 @@ def mean_interval(values: list[float]) -> tuple[float, float, float]:
 def run_overhead(config: RunConfig, blocks: int, progress: Callable[[str], None] = lambda _: None
                  ) -> dict[str, Any]:
     """Alternate bare and suite blocks of ``config.steps`` steps, ``blocks`` of each; JSON-ready figures."""
-    from suite.devices.base import prepare_device
-    from suite.events import emit
-    from suite.registry import load_device, load_workload
-    from suite.results.mlperf_log import MlperfLog
-    from suite.run.steps import TrainingSteps
 
     adapter = load_device(config.device)()
     adapter.setup()

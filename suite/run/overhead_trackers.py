@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from suite.meters.host_ram import HostRamSampler
+
 #: The pieces of the suite's per-step code that bench-overhead times, with what each is.
 SECTIONS = {
     "batch_ready": "clock read when the batch is in hand, batch-size check",
@@ -38,22 +40,37 @@ class _Sections:
             self.cpu[name] += time.thread_time() - cpu0
 
 
+class _TimedTraining:
+    """The device's training ops with the step boundary timed into ``sections``."""
+
+    def __init__(self, ops: Any, sections: Callable[[], _Sections]) -> None:
+        self._ops, self._sections = ops, sections
+
+    def step_boundary(self) -> None:
+        with self._sections().timed("step_boundary"):
+            self._ops.step_boundary()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ops, name)
+
+
 class _TimedAdapter:
     """The device adapter with its synchronize and step boundary timed into ``sections``."""
 
     def __init__(self, adapter: Any, sections: Callable[[], _Sections]) -> None:
         self._adapter, self._sections = adapter, sections
+        self._training = _TimedTraining(adapter.training(), sections)
 
     def synchronize(self) -> None:
         with self._sections().timed("synchronize"):
             self._adapter.synchronize()
 
-    def step_boundary(self) -> None:
-        with self._sections().timed("step_boundary"):
-            self._adapter.step_boundary()
+    def training(self) -> Any:
+        return self._training
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._adapter, name)
+
 
 RAM_SAMPLE_INTERVAL_S = 0.05  # the runner's
 SYSTEM_METRICS_INTERVAL_S = 1.0  # `suite run`'s default
@@ -63,7 +80,6 @@ def _tracker_process(pid: int, connection: Any, store: str) -> None:
     """Runs in a spawned process: on "start" sample ``pid``'s tree (and MLflow system metrics) until "stop"."""
     import logging
 
-    from suite.meters.host_ram import HostRamSampler
     from suite.tracking.mlflow_gateway import MlflowGateway
     from suite.tracking.system_metrics import start_system_metrics
 

@@ -25,7 +25,7 @@ from typing import Any  # noqa: E402
 from mlperf_logging.mllog import constants  # noqa: E402
 
 from suite.config import RunConfig  # noqa: E402
-from suite.devices.base import prepare_device  # noqa: E402
+from suite.devices.base import prepare_device, run_params  # noqa: E402
 from suite.errors import RecordingError, SuiteError  # noqa: E402
 from suite.events import LAUNCHED_AT_ENV, emit  # noqa: E402
 from suite.meters.setup import SetupClock  # noqa: E402
@@ -110,13 +110,13 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
             if rank.world_size > 1:
                 import torch.distributed as dist
 
-                dist.init_process_group(backend=adapter.distributed_backend)
+                dist.init_process_group(backend=adapter.traits.distributed_backend)
                 host = HostGroup.create()  # host figures between ranks: NCCL/HCCL carry device tensors only
                 facts["world_size"] = rank.world_size
                 facts["nodes"] = rank.world_size // config.nproc_per_node
-                facts["distributed_backend"] = adapter.distributed_backend
+                facts["distributed_backend"] = adapter.traits.distributed_backend
             facts["global_batch_size"] = config.batch_size * rank.world_size
-            facts["device"] = adapter.device_info()
+            facts["device"] = adapter.facts()
             facts["accelerator_environment"] = accelerator_environment(facts["device"])
             prepare_device(config, adapter)
         workload = load_workload(config.workload)(config, adapter)
@@ -128,9 +128,10 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
                 setup.add(phase, seconds)
         facts["workload"] = workload.facts()
         facts["precision_used"] = config.precision
-        facts["run_params"] = adapter.run_params()
+        facts["run_params"] = run_params(adapter)
         log_hyperparameters(mlperf, config, workload, rank)
-        facts["submission"] = log_disclosures(mlperf, config, facts["device"], adapter.numerics(config.precision),
+        lowest = adapter.numerics().lowest_precisions(config.precision)
+        facts["submission"] = log_disclosures(mlperf, config, facts["device"], lowest,
                                               rank.world_size, config_filename,
                                               type(workload).recipe_deviations(config))
         mlperf.end(constants.INIT_STOP)

@@ -19,7 +19,12 @@ from typing import Any, Callable
 import pytest
 
 from suite.config import DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, RunConfig
+from suite.devices.base import prepare_device
+from suite.meters.host_ram import HostRamSampler
+from suite.registry import device_names, load_device, load_workload
+from suite.results.environment import git_state, package_versions
 from suite.results.record import FINISHED, RunResult
+from suite.run.steps import TrainingSteps
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -32,8 +37,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
-    from suite.registry import device_names, load_device
-    from suite.results.environment import git_state, package_versions
 
     devices = {}
     for name in device_names():
@@ -45,7 +48,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
             adapter = adapter_cls()
             try:
                 adapter.setup()
-                facts.update(adapter.device_info())
+                facts.update(adapter.facts())
             finally:
                 adapter.teardown()
         devices[name] = facts
@@ -54,10 +57,6 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 def run_benchmark(benchmark: Any, config: RunConfig) -> RunResult:
     """Run ``config`` (batch size resolved) in this process under ``benchmark.pedantic``."""
-    from suite.devices.base import prepare_device
-    from suite.meters.host_ram import HostRamSampler
-    from suite.registry import load_device, load_workload
-    from suite.run.steps import TrainingSteps
 
     workload_cls = load_workload(config.workload)
     workload_cls.prepare(config)
@@ -75,7 +74,7 @@ def run_benchmark(benchmark: Any, config: RunConfig) -> RunResult:
             steps.start_clock()
             steps.step()
 
-        adapter.reset_peak_memory()
+        adapter.memory().reset_peak()
         with HostRamSampler(os.getpid()) as sampler:
             benchmark.pedantic(one_step, rounds=config.steps, warmup_rounds=config.warmup_steps, iterations=1)
         steps.record(result)
@@ -84,7 +83,7 @@ def run_benchmark(benchmark: Any, config: RunConfig) -> RunResult:
         result.metrics["host_ram_peak_rss_bytes"] = float(ram.peak_rss_bytes)
         if ram.peak_pss_bytes is not None:
             result.metrics["host_ram_peak_pss_bytes"] = float(ram.peak_pss_bytes)
-        result.facts["device"] = adapter.device_info()
+        result.facts["device"] = adapter.facts()
         result.facts["workload"] = workload.facts()
     finally:
         if workload is not None:
@@ -101,7 +100,6 @@ def suite_benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Callable[
     runs that configuration under pytest-benchmark and returns its :class:`~suite.results.record.RunResult`."""
 
     def run(**fields: Any) -> RunResult:
-        from suite.registry import load_workload
 
         fields.setdefault("steps", request.config.getoption("--suite-steps"))
         fields.setdefault("warmup_steps", request.config.getoption("--suite-warmup-steps"))

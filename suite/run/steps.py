@@ -41,11 +41,11 @@ class TrainingSteps:
         self._timer.start()
 
     def step(self) -> StepTiming:
-        builds = self.adapter.decoder_builds()
+        builds = self.adapter.decoders.builds()
         batch = next(self._batches)
         self.batch_ready(batch)
         timing = self.step_end(self.workload.train_step(batch))
-        self.decoder_builds.append(self.adapter.decoder_builds() - builds)
+        self.decoder_builds.append(self.adapter.decoders.builds() - builds)
         return timing
 
     # The two halves of a step, also called by an external training loop (engine hf-trainer).
@@ -60,7 +60,7 @@ class TrainingSteps:
     def step_end(self, loss: Any) -> StepTiming:
         """After the optimizer step: device step boundary, loss read back, clock read after a device sync."""
         index = len(self.timings)
-        self.adapter.step_boundary()
+        self.adapter.training().step_boundary()
         loss_value = float(loss)
         timing = self._timer.step_done()
         self.timings.append(timing)
@@ -84,7 +84,7 @@ class TrainingSteps:
                 result.metrics["decoder_builds_in_measured_steps"] = float(
                     sum(self.decoder_builds[self.config.warmup_steps:]))
                 result.facts["decoder_builds_per_step"] = list(self.decoder_builds)
-        memory = self.adapter.peak_memory()
+        memory = self.adapter.memory().peak()
         if memory is not None:
             result.metrics["device_peak_memory_bytes"] = float(memory.peak_bytes)
             result.facts["device_peak_memory_source"] = memory.source

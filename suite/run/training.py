@@ -69,7 +69,7 @@ def train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emi
     total = config.total_steps
     steps = TrainingSteps(config, adapter, workload, losses=result.losses)
     emit_event(phase="training", total=total)
-    adapter.reset_peak_memory()
+    adapter.memory().reset_peak()
     steps.start_clock()
     flops_per_step: float | None = None
     done = 0
@@ -117,7 +117,7 @@ def train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: R
         block_started = False
 
         def begin(self) -> None:
-            adapter.reset_peak_memory()
+            adapter.memory().reset_peak()
             steps.start_clock()
 
         def batch_ready(self, batch: Any) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from suite.analysis.compare import THROUGHPUT, Row, RowGroup, rows_of
-from suite.analysis.scoring import ConfigScore
 from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.fileio import read_record_text

@@ -25,6 +25,9 @@ from typing import Any, Callable
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from suite.config import RunConfig
+from suite.devices.base import prepare_device
+from suite.devices.cpu import CPUAdapter
 from suite.errors import ConfigError
 
 from workloads.bridgetower.data.catalog import open_source
@@ -250,9 +253,6 @@ def training_comparison(workload_class: type, dataset: str | None, steps: int,
     """Does the faster input pipeline still teach the model? The tiny preset trained ``steps`` steps with the
     closed pipeline and with the open one (same seed, same samples; each evaluated through its own pipeline on the
     held-out pairs): eval_accuracy reached, and the losses at the end."""
-    from suite.config import RunConfig
-    from suite.devices.base import prepare_device
-    from suite.devices.cpu import CPUAdapter
 
     config = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=0, loader="cpu-fast",
                        precision="fp32", batch_size=8, steps=steps, warmup_steps=0, dataset=dataset)

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from suite.decoders.base import DecodeError
 from suite.errors import DatasetError, SuiteError
 
 from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD, preprocess_image
@@ -20,15 +21,14 @@ def decode_on_device(device: Any, encoded: list[bytes], names: list[str] | None,
     workers) or fails on are decoded on the host and preprocessed the reference way (:mod:`suite.decoders.fallback`).
     Returns (pixel values, the decoder, {image index: why it was decoded on the host}). A failure is a
     :class:`DatasetError` naming the image (when the decoder says which) or the batch's images."""
-    from suite.decoders.base import DecodeError
     from suite.decoders.fallback import decode_with_fallback
     from suite.imaging import ImageKind
 
-    decoder = device.decoder_for(loader)
+    decoder = device.decoders.for_loader(loader)
     headers = [ImageKind.parse(k) for k in kinds] if kinds else [ImageKind.of(data) for data in encoded]
     try:
         done = decode_with_fallback(decoder, encoded, headers, image_size, CLIP_MEAN, CLIP_STD,
-                                    lambda image: preprocess_image(device.to_device(image), image_size))
+                                    lambda image: preprocess_image(device.training().to_device(image), image_size))
         return torch.stack(done.pixels), decoder, done.fallbacks
     except SuiteError:
         raise

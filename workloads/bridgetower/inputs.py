@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from suite.config import RunConfig
+from suite.devices.interfaces import seed_everything
 from suite.errors import SuiteError
 
 from workloads.bridgetower.data.bounds import ImageBounds
@@ -71,7 +72,6 @@ def prepare(config: RunConfig) -> dict[str, Any]:
 def input_fingerprints(config: RunConfig) -> dict[str, Any]:
     """The dataset's fingerprint from its files, the tokenizer's, and the initial weights' hash of the model built
     from the seed (every RNG seeded as a run seeds it before building the model), without training."""
-    from suite.devices.base import seed_everything
 
     preset = PRESETS[config.preset]
     dataset = open_configured(config).fingerprint()
@@ -99,7 +99,8 @@ def loader_pixels(config: RunConfig, device: Any, count: int) -> dict[str, Any]:
     else:
         pixels, _, _ = decode_on_device(device, batch["encoded_images"], batch["image_names"], size, config.loader,
                                         batch["image_kinds"])
-    reference = torch.stack([preprocess_image(device.to_device(decode_to_rgb_tensor(source.read_bytes(i))), size)
+    to_device = device.training().to_device
+    reference = torch.stack([preprocess_image(to_device(decode_to_rgb_tensor(source.read_bytes(i))), size)
                              for i in range(n)])
     return {"pixels": pixels.float(), "reference": reference.float(), "images": [source.name_of(i)
                                                                                  for i in range(n)]}

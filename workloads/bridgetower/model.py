@@ -63,7 +63,7 @@ class TrainingModel:
 def build_for_training(device: Any, preset: BridgeTowerPreset, config: RunConfig, tokens: int) -> TrainingModel:
     """The initial model for ``config`` on ``device``, AdamW (the device's) and a linear decay to 0 over the run's
     total steps; refuses a tokenizer with more tokens than the model's vocabulary."""
-    device.prepare_framework()
+    device.training().prepare_framework()
     model = initial_model(preset, config.weights)
     vocab_size = model.config.text_config.vocab_size
     if tokens > vocab_size:
@@ -72,13 +72,13 @@ def build_for_training(device: Any, preset: BridgeTowerPreset, config: RunConfig
              "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
              "initial_weights_sha256": weights_fingerprint(model), "weights": config.weights or "random-init"}
     model.train()
-    placed = device.place_model(model)
+    placed = device.training().place_model(model)
     params = [p for p in placed.parameters() if p.requires_grad]
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch_device = device.torch_device
         placed = torch.nn.parallel.DistributedDataParallel(
             placed, device_ids=[torch_device.index] if torch_device.type == "cuda" else None)
-    ops = device.training_ops()
+    ops = device.training()
     optimizer, description = ops.make_optimizer(params, lr=preset.learning_rate, eps=preset.adam_epsilon,
                                                 weight_decay=preset.weight_decay)
     total_steps = config.total_steps

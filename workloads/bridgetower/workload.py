@@ -150,10 +150,10 @@ class BridgeTowerWorkload(Workload):
             image_size=self.image_size,
             image_preprocessing="resize-shorter-bicubic-antialias+center-crop+clip-normalize (torch ops)",
             image_pipeline=(dataset.pipeline.name if dataset.pipeline else
-                            f"decoder {self.device.decoders.get(config.loader, '?')}"),
+                            f"decoder {self.device.traits.decoders.get(config.loader, '?')}"),
             image_pipeline_description=(dataset.pipeline.description if dataset.pipeline else
                                         "encoded bytes from the workers, decoded on the device by "
-                                        f"{self.device.decoders.get(config.loader, 'no decoder')}"),
+                                        f"{self.device.traits.decoders.get(config.loader, 'no decoder')}"),
             image_bounds=bounds.describe() | budget.describe(),
             loader_timeout_s=config.effective_loader_timeout_s() if config.num_workers > 0 else None,
             image_mean=list(CLIP_MEAN),
@@ -185,9 +185,9 @@ class BridgeTowerWorkload(Workload):
 
     def train_step(self, batch: Any) -> torch.Tensor:
         pixel_values = self._pixel_values(batch)
-        input_ids = self.device.to_device(batch["input_ids"])
-        attention_mask = self.device.to_device(batch["attention_mask"])
-        with self.device.autocast(self.config.precision):
+        input_ids = self.device.training().to_device(batch["input_ids"])
+        attention_mask = self.device.training().to_device(batch["attention_mask"])
+        with self.device.numerics().autocast(self.config.precision):
             outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, pixel_values=pixel_values,
                                  return_loss=True)
         outputs.loss.backward()
@@ -211,8 +211,8 @@ class BridgeTowerWorkload(Workload):
                              collate_fn=collate, generator=torch.Generator())
         observed, fallbacks = self._observed_loader, self._fallbacks  # what evaluation reads is not what trained
         self._fallbacks = DecodeFallbacks()
-        texts, images = embed_pairs(model, batches, self._pixel_values, self.device.to_device,
-                                    lambda: self.device.autocast(self.config.precision))
+        texts, images = embed_pairs(model, batches, self._pixel_values, self.device.training().to_device,
+                                    lambda: self.device.numerics().autocast(self.config.precision))
         self._observed_loader, self._fallbacks = observed, fallbacks
         return {**retrieval_recall(texts, images), "eval_samples": float(len(self.eval_dataset))}
 
@@ -251,7 +251,7 @@ class BridgeTowerWorkload(Workload):
 
     def metrics(self) -> dict[str, float]:
         figures = {"skipped_samples": float(self._skipped)} if self.config.skip_bad_samples else {}
-        if self.config.loader in self.device.decoders:  # an on-device decoder ran: how many images it left to the host
+        if self.config.loader in self.device.traits.decoders:  # an on-device decoder ran: images it left to the host
             figures["device_decode_fallbacks"] = float(self._fallbacks.count)
             if self._fallbacks.count:
                 self._facts["device_decode_fallbacks"] = self._fallbacks.describe()

@@ -3,6 +3,8 @@
 Put ``tests/plugins`` on PYTHONPATH (parent and child processes) to make them discoverable.
 """
 
+import dataclasses
+
 from suite.devices.base import Availability
 from suite.devices.cpu import CPUAdapter
 
@@ -11,7 +13,7 @@ class AbsentStandInAdapter(CPUAdapter):
     """A device that is never present: exercises the unavailable-device path end to end."""
 
     name = "absent-standin"
-    description = "test stand-in for a device that is not installed"
+    traits = dataclasses.replace(CPUAdapter.traits, description="test stand-in for a device that is not installed")
 
     @classmethod
     def availability(cls) -> Availability:
@@ -23,13 +25,13 @@ class VanishingStandInAdapter(CPUAdapter):
     exercises the FAILED-configuration path that the up-front refusal cannot catch."""
 
     name = "vanishing-standin"
-    description = "test stand-in for a device that disappears after the availability check"
+    traits = dataclasses.replace(CPUAdapter.traits, description="test stand-in for a device that disappears after the availability check")
 
     @classmethod
     def availability(cls) -> Availability:
         return Availability(True, "", {"device_name": "stand-in"})
 
-    def _create_device(self):
+    def open_device(self):
         from suite.errors import DeviceUnavailableError
 
         raise DeviceUnavailableError("device 'vanishing-standin' is not available: stand-in accelerator vanished "
@@ -41,8 +43,8 @@ class ProbeRecordingAdapter(CPUAdapter):
     the file named by $SUITE_TEST_PROBE_FILE, so a test can tell which process held it."""
 
     name = "probe-standin"
-    description = "test stand-in for a device that availability() opens"
-    probe_claims_device = True
+    traits = dataclasses.replace(CPUAdapter.traits, description="test stand-in for a device that availability() opens",
+                                 probe_claims_device=True)
 
     @classmethod
     def availability(cls) -> Availability:
