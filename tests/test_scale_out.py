@@ -71,7 +71,7 @@ def test_a_multi_node_configuration_is_its_own_and_needs_an_endpoint():
 
 def test_torchruns_own_failure_report_becomes_the_reason(tmp_path):
     """A real torchrun whose rank 1 raises: the reason names the rank, its exit code and its error."""
-    from suite.run.launch import _torchrun_failure
+    from suite.run.outcome import _torchrun_failure
 
     script = tmp_path / "fails.py"
     script.write_text("import os\nif os.environ['RANK'] == '1':\n"

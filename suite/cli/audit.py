@@ -8,14 +8,66 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+import suite.cli.options as options
+from suite.audit import loaders as loader_audit
 from suite.audit.loaders import LoaderAudit
 from suite.audit.record_checks import audit_reference
+from suite.audit.verdicts import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
 from suite.cli.display import PlainProgress, RichProgress, stamp
 from suite.cli.tables import print_checks
 from suite.errors import ConfigError, SuiteError
 from suite.results.files import MatrixInfo
 from suite.results.store import ResultsStore
 from suite.tracking.stores import normalize_uri
+
+
+def add_parsers(sub: Any) -> None:
+    """``suite audit``."""
+    audit = sub.add_parser(
+        "audit", help="re-run a recorded matrix from its manifests and give a verdict per check",
+        description="Audit TARGET: a results folder, an MLflow run id (matrix or configuration), or a "
+                    "published-results file (reference/*.json). Checks: the manifest's config is results.json's, "
+                    "every headline recomputed from the stored step times, batch size logged = used, equal warm-up "
+                    "accounting, loader/workers/prefetch observed = requested, re-run from the manifest with "
+                    "identical inputs (with --no-rerun: the inputs' fingerprints recomputed now), loss digest "
+                    "(bit-identical on the same device kind, else within --loss-rtol), throughput equivalence "
+                    "(the 90 % interval of the ratio re-run/recorded inside +-tolerance: PASS; wholly outside: "
+                    "FAIL; else, or on a contended run, INCONCLUSIVE), package and commit drift (WARN). Exit "
+                    "status: 0 PASS, 1 FAIL (any check failed), 3 INCONCLUSIVE (none failed, one could not "
+                    "decide). --calibrate prints the throughput test's error rates on synthetic series instead.")
+    audit.add_argument("target", nargs="?", help="results folder, MLflow run id, or reference JSON file")
+    options.add_tracking_option(audit, " of the target run and of the audit record")
+    options.add_output_option(audit, "./suite-results/audit-<time>: a results folder of the re-runs, with audit.json")
+    audit.add_argument("--no-rerun", action="store_true", help="check the records only")
+    audit.add_argument("--loss-rtol", type=float, default=DEFAULT_LOSS_RTOL,
+                       help="relative loss tolerance across device kinds (default: %(default)s)")
+    audit.add_argument("--throughput-tolerance", type=options.float_above(0.0), default=DEFAULT_THROUGHPUT_TOLERANCE,
+                       help="the declared equivalence band of the throughput ratio re-run/recorded, relative "
+                            "(default: %(default)s, i.e. +-10 %%); recorded in the audit")
+    audit.add_argument("--loaders", action="store_true",
+                       help="also compare every loader the device runs with the reference loader on the same images: "
+                            "model input (mean |difference|, PSNR, channel means/stds) and the first training "
+                            "steps' losses")
+    audit.add_argument("--loader-images", type=options.int_at_least(1), default=loader_audit.DEFAULT_IMAGES,
+                       help="--loaders: images compared (default: %(default)s)")
+    audit.add_argument("--loader-steps", type=options.int_at_least(1), default=loader_audit.DEFAULT_STEPS,
+                       help="--loaders: training steps compared (default: %(default)s)")
+    audit.add_argument("--loader-pixel-tolerance", type=options.float_above(0.0),
+                       default=loader_audit.DEFAULT_PIXEL_TOLERANCE,
+                       help="--loaders: largest mean |difference| of the model input, normalized units "
+                            "(default: %(default)s)")
+    audit.add_argument("--loader-loss-rtol", type=options.float_above(0.0), default=loader_audit.DEFAULT_LOSS_RTOL,
+                       help="--loaders: largest relative difference of the first losses (default: %(default)s)")
+    audit.add_argument("--calibrate", action="store_true",
+                       help="no audit: the throughput test's false-FAIL and false-PASS rates over synthetic "
+                            "step-time series (AR(1), drift, spikes, between-run shifts), as JSON")
+    audit.add_argument("--pairs", type=options.int_at_least(10), default=1000, help="--calibrate: pairs of runs "
+                                                                                "(default: %(default)s)")
+    audit.add_argument("--steps", type=options.int_at_least(2), default=30, help="--calibrate: measured steps per run "
+                                                                              "(default: %(default)s)")
+    options.add_progress_option(audit)
+    audit.set_defaults(func=cmd_audit)
+
 
 
 def _load_recorded(target: str, gateway: Any) -> Any:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+import suite.cli.options as options
 from suite.cli.display import wide_console
 from suite.cli.matrix_run import spec_from_args
 from suite.errors import SuiteError
@@ -17,6 +18,50 @@ from suite.registry import load_workload
 from suite.run.matrix import resolve
 from suite.run.overhead import run_overhead
 from suite.text import visible
+
+
+def add_parsers(sub: Any) -> None:
+    """``suite bench-loader`` and ``suite bench-overhead``."""
+    bench = sub.add_parser(
+        "bench-loader", help="the reference input pipeline vs ours (closed: same output; open: PSNR) in one run",
+        description="Measure the workload's image input pipelines side by side on the same images in one run: "
+                    "images/s per worker and end-to-end batches/s through a DataLoader, in interleaved rounds; "
+                    "ratios to the reference pipeline and fidelity (closed: max deviation, open: PSNR).")
+    bench.add_argument("--workload", default=options.DEFAULT_WORKLOAD)
+    bench.add_argument("--dataset", default=None, help="as `suite run` (default: synthetic)")
+    bench.add_argument("--images", type=options.int_at_least(1), default=480, help="images per pass (default: 480)")
+    bench.add_argument("--image-size", type=options.int_at_least(8), default=294,
+                       help="output side (default: 294, the published recipe's)")
+    bench.add_argument("--batch-size", type=options.int_at_least(1), default=48, help="default: 48, the reference's")
+    bench.add_argument("--num-workers", type=options.non_negative_int, default=None,
+                       help="default: the core count")
+    bench.add_argument("--rounds", type=options.int_at_least(1), default=3,
+                       help="interleaved rounds; figures are medians over them (default: 3)")
+    bench.add_argument("--train-steps", type=options.non_negative_int, default=200,
+                       help="also train the tiny preset this many steps with the closed and the open pipelines and "
+                            "compare the quality reached (eval_accuracy); 0: skip (default: %(default)s)")
+    bench.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
+    options.add_output_option(bench, "none; with a folder, the figures go to DIR/bench-loader.json")
+    bench.set_defaults(func=cmd_bench_loader)
+
+    overhead = sub.add_parser(
+        "bench-overhead", help="the suite's step time with every tracker on vs a bare hand-written loop",
+        description="Train one configuration in one process, alternating blocks of steps of a bare hand-written "
+                    "loop and of the suite's own step loop with every tracker on (synchronized step timer, "
+                    "MLPerf log, host RAM sampler in a separate process, MLflow system metrics). The overhead "
+                    "is measured by decomposition: the suite's per-step code timed where it runs, over the bare "
+                    "step time, plus the tracker process's CPU share of the machine; mean and 95 % interval over "
+                    "the blocks, with the paired suite-over-bare step time ratio as a cross-check. Also measures "
+                    "the host RAM sampler's own cost.")
+    options.add_configuration_options(overhead, matrix=False, steps_default=10)
+    overhead.add_argument("--workers", type=options.non_negative_int, default=0,
+                          help="dataloader_num_workers (default: 0)")
+    overhead.add_argument("--blocks", type=options.int_at_least(1), default=6,
+                          help="blocks of each kind, alternating (default: 6)")
+    overhead.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
+    options.add_output_option(overhead, "none; with a folder, the figures go to DIR/bench-overhead.json")
+    overhead.set_defaults(func=cmd_bench_overhead)
+
 
 
 def _write_figures(folder: Path | None, name: str, figures: dict[str, Any]) -> None:

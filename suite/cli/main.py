@@ -7,7 +7,7 @@ import signal
 import sys
 from typing import Sequence
 
-from suite.cli import inspect, measure, records
+from suite.cli import audit, benches, inspect, measure, records
 from suite.errors import SuiteError
 from suite.text import visible
 
@@ -26,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     measure.add_parsers(sub)
+    benches.add_parsers(sub)
+    audit.add_parsers(sub)
     records.add_parsers(sub)
     inspect.add_parsers(sub)
     return parser

@@ -58,6 +58,46 @@ class MatrixRun:
     where: dict[str, Any]
 
 
+def _refuse_memory_limit(devices: Sequence[str]) -> None:
+    """--memory-limit where a device's driver reserves address space far beyond what a process uses: refused."""
+    from suite.registry import load_device
+
+    for device in devices:
+        if not load_device(device).traits.address_space_limit_ok:
+            raise ConfigError(f"--memory-limit caps the address space (RLIMIT_AS), which the {device} driver "
+                              "reserves far beyond the memory a process uses (the CUDA driver maps about twice "
+                              "the GPU memory): every configuration would fail 'out of memory' falsely; leave "
+                              f"--memory-limit out for device {device}")
+
+
+def _say_outcome(outcome: Any, store: ResultsStore, recorder: Any, tracking_uri: str, report: bool) -> dict[str, str]:
+    """The tables, the time line, warnings and errors on the terminal, the report written; returns where each record
+    is."""
+    info, output = store.matrix_info, store.root
+    print_results_table(outcome.results)
+    print(timing_line(outcome.results, outcome.timing), file=sys.stderr)
+    changed = dataset_warning(info.dataset_changes)  # run_matrix grouped the runs by the data they read
+    if changed:
+        print(f"suite: warning: {visible(changed)}", file=sys.stderr)
+    if info.repeats > 1:
+        print_scores_table(outcome.scores)
+    where = {"results": str(store.root / "results.json"), **recorder.describe()}
+    written = _write_report(store.root, recorder, outcome) if report else None
+    if written is not None:
+        where["report"] = str(written)
+    for error in outcome.recorder_errors:
+        print(f"suite: error: {error}\nsuite: the results folder holds every run; record them into MLflow with: "
+              f"suite upload {output} --tracking-uri {tracking_uri}", file=sys.stderr)
+    if outcome.recording_error is not None:
+        kept = (f"{len(outcome.results)} run(s) kept in {outcome.rescue_file}; after freeing space: "
+                f"suite recover {output} --from {outcome.rescue_file}") if outcome.rescue_file else \
+            "no place could take a rescue copy either: the runs are printed below as JSON"
+        print(f"suite: error: {outcome.reason}; {kept}", file=sys.stderr)
+        if outcome.rescue_file is None:
+            print(json.dumps([r.to_dict() for r in outcome.results]))
+    return where
+
+
 def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: argparse.Namespace,
                  argv: Sequence[str], kind: str = "matrix") -> MatrixRun:
     """Run ``configs`` (default: the matrix of ``spec``) into a new results folder and MLflow; print tables.
@@ -71,14 +111,7 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
         resolved = [dataclasses.replace(c, batch_size=resolved[0].batch_size) for c in configs]
     memory_limit = getattr(args, "memory_limit", None)
     if memory_limit:
-        from suite.registry import load_device
-
-        for device in spec.devices:
-            if not load_device(device).traits.address_space_limit_ok:
-                raise ConfigError(f"--memory-limit caps the address space (RLIMIT_AS), which the {device} driver "
-                                  "reserves far beyond the memory a process uses (the CUDA driver maps about twice "
-                                  "the GPU memory): every configuration would fail 'out of memory' falsely; leave "
-                                  f"--memory-limit out for device {device}")
+        _refuse_memory_limit(spec.devices)
     refuse_unavailable_devices(spec.devices)
     # the first configurations' processes start now: their imports overlap the checks and MLflow's set-up below
     first = start_first(resolved, getattr(args, "repeats", 1), int(memory_limit * 2**30) if memory_limit else None) \
@@ -107,27 +140,7 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
             process.cancel()
         store.release()
         raise
-    print_results_table(outcome.results)
-    print(timing_line(outcome.results, outcome.timing), file=sys.stderr)
-    changed = dataset_warning(info.dataset_changes)  # run_matrix grouped the runs by the data they read
-    if changed:
-        print(f"suite: warning: {visible(changed)}", file=sys.stderr)
-    if info.repeats > 1:
-        print_scores_table(outcome.scores)
-    where = {"results": str(store.root / "results.json"), **recorder.describe()}
-    report = _write_report(store.root, recorder, outcome) if getattr(args, "report", True) else None
-    if report is not None:
-        where["report"] = str(report)
-    for error in outcome.recorder_errors:
-        print(f"suite: error: {error}\nsuite: the results folder holds every run; record them into MLflow with: "
-              f"suite upload {output} --tracking-uri {tracking_uri}", file=sys.stderr)
-    if outcome.recording_error is not None:
-        kept = (f"{len(outcome.results)} run(s) kept in {outcome.rescue_file}; after freeing space: "
-                f"suite recover {output} --from {outcome.rescue_file}") if outcome.rescue_file else \
-            "no place could take a rescue copy either: the runs are printed below as JSON"
-        print(f"suite: error: {outcome.reason}; {kept}", file=sys.stderr)
-        if outcome.rescue_file is None:
-            print(json.dumps([r.to_dict() for r in outcome.results]))
+    where = _say_outcome(outcome, store, recorder, tracking_uri, getattr(args, "report", True))
     return MatrixRun(outcome, store, tracking_uri, recorder, where)
 
 

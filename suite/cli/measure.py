@@ -10,7 +10,6 @@ from typing import Any, Sequence
 
 import suite.cli.options as options
 from suite.analysis import tune
-from suite.cli.benches import cmd_bench_loader, cmd_bench_overhead
 from suite.cli.matrix_run import _exit_status, _matrix_size, _shard_and_matrix_id, dry_run, run_recorded, spec_from_args
 from suite.cli.tables import print_tune_table
 from suite.config import TOKENIZER_MODES
@@ -19,6 +18,12 @@ from suite.config.labels import FILE_RUN_OPTIONS, load_config_file
 
 # --- parsers ---------------------------------------------------------------------------------------
 def add_parsers(sub: Any) -> None:
+    """``suite run`` and ``suite tune``."""
+    _add_run_parser(sub)
+    _add_tune_parser(sub)
+
+
+def _add_run_parser(sub: Any) -> None:
     run = sub.add_parser("run", help="run a benchmark matrix and record it in MLflow and a results folder",
                          description="Run every configuration of the matrix device x workers x loader x precision x "
                                      "engine, each in a fresh process, and record it in a results folder "
@@ -34,6 +39,15 @@ def add_parsers(sub: Any) -> None:
                           "clear_caches) and "
                           f"{', '.join(FILE_RUN_OPTIONS)}; options given on the command line win")
     options.add_configuration_options(run, matrix=True)
+    _add_scale_out_options(run)
+    _add_run_options(run)
+    options.add_output_option(run, "./suite-results/<time>; a new folder, never one holding results")
+    options.add_recording_options(run)
+    run.set_defaults(func=cmd_run)
+
+
+def _add_scale_out_options(run: argparse.ArgumentParser) -> None:
+    """Several processes, several nodes, a scheduler's shards."""
     run.add_argument("--nproc-per-node", type=options.int_at_least(1), default=1,
                      help="processes (devices) per configuration, launched with torchrun over the device's "
                           "distributed backend (gloo on CPU, nccl, hccl): global batch = batch size x N, global "
@@ -49,6 +63,19 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("--node-rank", type=options.non_negative_int, default=0,
                      help="with --nnodes > 1: this node's number, for its records and its results folder (torchrun's "
                           "rendezvous assigns the ranks)")
+    run.add_argument("--shard", type=options.shard, default=None, metavar="I/N",
+                     help="run only shard I (from 0) of N of the expanded matrix: every N-th configuration in the "
+                          "order of their ids, so the shards of a Slurm array or Kubernetes indexed Job cover the "
+                          "matrix exactly once whatever order the options list; needs --matrix-id (or "
+                          "$SLURM_ARRAY_JOB_ID)")
+    run.add_argument("--matrix-id", default=None, metavar="ID",
+                     help="the id every shard of one matrix shares: MLflow tag suite.matrix_id, so `suite compare` "
+                          "and `suite report` of any shard's matrix run see the whole matrix (default with --shard: "
+                          "slurm-$SLURM_ARRAY_JOB_ID in a Slurm array job)")
+
+
+def _add_run_options(run: argparse.ArgumentParser) -> None:
+    """What each configuration runs with, and what the matrix does around it."""
     run.add_argument("--prefetch-factor", type=options.int_at_least(1), default=None,
                      help="batches each loader worker prepares ahead (default: torch's, 2); see `suite tune`")
     run.add_argument("--repeats", type=options.int_at_least(1), default=1,
@@ -68,17 +95,6 @@ def add_parsers(sub: Any) -> None:
                           "when it is on this machine (hub cache), else a local stand-in with the same vocabulary "
                           "size, length and padding (recorded as such; nothing fetched); hub insists on the real "
                           "one, fetched if needed (default: %(default)s)")
-    options.add_output_option(run, "./suite-results/<time>; a new folder, never one holding results")
-    options.add_recording_options(run)
-    run.add_argument("--shard", type=options.shard, default=None, metavar="I/N",
-                     help="run only shard I (from 0) of N of the expanded matrix: every N-th configuration in the "
-                          "order of their ids, so the shards of a Slurm array or Kubernetes indexed Job cover the "
-                          "matrix exactly once whatever order the options list; needs --matrix-id (or "
-                          "$SLURM_ARRAY_JOB_ID)")
-    run.add_argument("--matrix-id", default=None, metavar="ID",
-                     help="the id every shard of one matrix shares: MLflow tag suite.matrix_id, so `suite compare` "
-                          "and `suite report` of any shard's matrix run see the whole matrix (default with --shard: "
-                          "slurm-$SLURM_ARRAY_JOB_ID in a Slurm array job)")
     run.add_argument("--report", action=argparse.BooleanOptionalAction,
                      default=os.environ.get("SUITE_REPORT", "1").lower() not in ("0", "false", "no", "off"),
                      help="write report.html / report.md into the results folder and attach them to the MLflow "
@@ -91,8 +107,9 @@ def add_parsers(sub: Any) -> None:
                      help="print the expanded matrix (a line per configuration with its id), the output folder, the "
                           "store and the estimated duration (from earlier runs of the same configurations in the "
                           "store); create nothing")
-    run.set_defaults(func=cmd_run)
 
+
+def _add_tune_parser(sub: Any) -> None:
     tune = sub.add_parser(
         "tune", help="find the smallest dataloader_num_workers / prefetch factor equivalent to the best",
         description="Run one configuration over dataloader_num_workers 0..--max-workers and, for workers > 0, "
@@ -114,46 +131,6 @@ def add_parsers(sub: Any) -> None:
     options.add_output_option(tune, "./suite-results/tune-<time>")
     options.add_recording_options(tune)
     tune.set_defaults(func=cmd_tune)
-
-    bench = sub.add_parser(
-        "bench-loader", help="the reference input pipeline vs ours (closed: same output; open: PSNR) in one run",
-        description="Measure the workload's image input pipelines side by side on the same images in one run: "
-                    "images/s per worker and end-to-end batches/s through a DataLoader, in interleaved rounds; "
-                    "ratios to the reference pipeline and fidelity (closed: max deviation, open: PSNR).")
-    bench.add_argument("--workload", default=options.DEFAULT_WORKLOAD)
-    bench.add_argument("--dataset", default=None, help="as `suite run` (default: synthetic)")
-    bench.add_argument("--images", type=options.int_at_least(1), default=480, help="images per pass (default: 480)")
-    bench.add_argument("--image-size", type=options.int_at_least(8), default=294,
-                       help="output side (default: 294, the published recipe's)")
-    bench.add_argument("--batch-size", type=options.int_at_least(1), default=48, help="default: 48, the reference's")
-    bench.add_argument("--num-workers", type=options.non_negative_int, default=None,
-                       help="default: the core count")
-    bench.add_argument("--rounds", type=options.int_at_least(1), default=3,
-                       help="interleaved rounds; figures are medians over them (default: 3)")
-    bench.add_argument("--train-steps", type=options.non_negative_int, default=200,
-                       help="also train the tiny preset this many steps with the closed and the open pipelines and "
-                            "compare the quality reached (eval_accuracy); 0: skip (default: %(default)s)")
-    bench.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
-    options.add_output_option(bench, "none; with a folder, the figures go to DIR/bench-loader.json")
-    bench.set_defaults(func=cmd_bench_loader)
-
-    overhead = sub.add_parser(
-        "bench-overhead", help="the suite's step time with every tracker on vs a bare hand-written loop",
-        description="Train one configuration in one process, alternating blocks of steps of a bare hand-written "
-                    "loop and of the suite's own step loop with every tracker on (synchronized step timer, "
-                    "MLPerf log, host RAM sampler in a separate process, MLflow system metrics). The overhead "
-                    "is measured by decomposition: the suite's per-step code timed where it runs, over the bare "
-                    "step time, plus the tracker process's CPU share of the machine; mean and 95 % interval over "
-                    "the blocks, with the paired suite-over-bare step time ratio as a cross-check. Also measures "
-                    "the host RAM sampler's own cost.")
-    options.add_configuration_options(overhead, matrix=False, steps_default=10)
-    overhead.add_argument("--workers", type=options.non_negative_int, default=0,
-                          help="dataloader_num_workers (default: 0)")
-    overhead.add_argument("--blocks", type=options.int_at_least(1), default=6,
-                          help="blocks of each kind, alternating (default: 6)")
-    overhead.add_argument("--json", action="store_true", help="print the figures as JSON on stdout")
-    options.add_output_option(overhead, "none; with a folder, the figures go to DIR/bench-overhead.json")
-    overhead.set_defaults(func=cmd_bench_overhead)
 
 
 # --- shared ----------------------------------------------------------------------------------------

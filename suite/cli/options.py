@@ -128,6 +128,20 @@ def add_configuration_options(parser: argparse.ArgumentParser, matrix: bool, ste
     parser.add_argument("--dataset", default=None,
                         help="'synthetic' (default, generated locally), 'newyorker' (the published dataset from the "
                              "hub, pinned revision) or an imagefolder path (images + metadata.jsonl)")
+    _add_quality_options(parser)
+    _add_bound_options(parser)
+    if matrix:
+        parser.add_argument("--workers", type=parse_list(non_negative_int, "worker counts"), default=(0, 1, 2),
+                            help="dataloader_num_workers values, comma-separated (default: 0,1,2)")
+        parser.add_argument("--engine", dest="engines", type=parse_list(choice(ENGINES), "engines"),
+                            default=("suite",),
+                            help="suite: the suite's own loop (default); hf-trainer: transformers' Trainer "
+                                 "(GaudiTrainer on Gaudi2) as the published benchmark, timed with the suite's "
+                                 "accounting and also recording the trainer's own train_samples_per_second. "
+                                 "Comma-separated: both side by side")
+
+
+def _add_quality_options(parser: argparse.ArgumentParser) -> None:
     quality = parser.add_argument_group("quality (held-out evaluation) and MLPerf submission metadata")
     quality.add_argument("--eval-every", type=int_at_least(1), default=None, metavar="N",
                          help="evaluate quality every N measured steps (off the clock; always once at the end)")
@@ -144,6 +158,9 @@ def add_configuration_options(parser: argparse.ArgumentParser, matrix: bool, ste
                               "exactly, else open; closed is refused for any other run)")
     quality.add_argument("--clear-caches", action="store_true",
                          help="drop the OS page cache before each configuration (MLPerf's cache_clear; needs root)")
+
+
+def _add_bound_options(parser: argparse.ArgumentParser) -> None:
     bounds = parser.add_argument_group("bounds and time limits (recorded; not part of a configuration's identity)")
     bounds.add_argument("--max-image-pixels", type=int_at_least(1), default=None, metavar="N",
                         help="refuse an image whose header declares more pixels, before decoding it, with every "
@@ -165,15 +182,6 @@ def add_configuration_options(parser: argparse.ArgumentParser, matrix: bool, ste
     bounds.add_argument("--loader-timeout", dest="loader_timeout_s", type=non_negative_float, default=None,
                         metavar="SECONDS", help="fail a configuration whose loader workers deliver no batch for this "
                                                 "long, naming the sample they were reading (default: 300; 0: none)")
-    if matrix:
-        parser.add_argument("--workers", type=parse_list(non_negative_int, "worker counts"), default=(0, 1, 2),
-                            help="dataloader_num_workers values, comma-separated (default: 0,1,2)")
-        parser.add_argument("--engine", dest="engines", type=parse_list(choice(ENGINES), "engines"),
-                            default=("suite",),
-                            help="suite: the suite's own loop (default); hf-trainer: transformers' Trainer "
-                                 "(GaudiTrainer on Gaudi2) as the published benchmark, timed with the suite's "
-                                 "accounting and also recording the trainer's own train_samples_per_second. "
-                                 "Comma-separated: both side by side")
 
 
 def add_recording_options(parser: argparse.ArgumentParser) -> None:

@@ -12,9 +12,6 @@ import suite.cli.options as options
 from suite.analysis.compare import rows_from_results, speedups
 from suite.analysis.plots import plot
 from suite.analysis.published import load_reference, measured_table, reference_table
-from suite.audit import loaders as loader_audit
-from suite.audit.verdicts import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
-from suite.cli.audit import cmd_audit
 from suite.cli.display import stamp, wide_console
 from suite.cli.tables import print_compare_table
 from suite.errors import SuiteError
@@ -24,52 +21,13 @@ from suite.text import visible
 
 
 def add_parsers(sub: Any) -> None:
+    """``suite compare``, ``suite report``, ``suite upload`` and ``suite recover``."""
+    _add_compare_parser(sub)
+    _add_report_parser(sub)
+    _add_upload_parsers(sub)
 
-    audit = sub.add_parser(
-        "audit", help="re-run a recorded matrix from its manifests and give a verdict per check",
-        description="Audit TARGET: a results folder, an MLflow run id (matrix or configuration), or a "
-                    "published-results file (reference/*.json). Checks: the manifest's config is results.json's, "
-                    "every headline recomputed from the stored step times, batch size logged = used, equal warm-up "
-                    "accounting, loader/workers/prefetch observed = requested, re-run from the manifest with "
-                    "identical inputs (with --no-rerun: the inputs' fingerprints recomputed now), loss digest "
-                    "(bit-identical on the same device kind, else within --loss-rtol), throughput equivalence "
-                    "(the 90 % interval of the ratio re-run/recorded inside +-tolerance: PASS; wholly outside: "
-                    "FAIL; else, or on a contended run, INCONCLUSIVE), package and commit drift (WARN). Exit "
-                    "status: 0 PASS, 1 FAIL (any check failed), 3 INCONCLUSIVE (none failed, one could not "
-                    "decide). --calibrate prints the throughput test's error rates on synthetic series instead.")
-    audit.add_argument("target", nargs="?", help="results folder, MLflow run id, or reference JSON file")
-    options.add_tracking_option(audit, " of the target run and of the audit record")
-    options.add_output_option(audit, "./suite-results/audit-<time>: a results folder of the re-runs, with audit.json")
-    audit.add_argument("--no-rerun", action="store_true", help="check the records only")
-    audit.add_argument("--loss-rtol", type=float, default=DEFAULT_LOSS_RTOL,
-                       help="relative loss tolerance across device kinds (default: %(default)s)")
-    audit.add_argument("--throughput-tolerance", type=options.float_above(0.0), default=DEFAULT_THROUGHPUT_TOLERANCE,
-                       help="the declared equivalence band of the throughput ratio re-run/recorded, relative "
-                            "(default: %(default)s, i.e. +-10 %%); recorded in the audit")
-    audit.add_argument("--loaders", action="store_true",
-                       help="also compare every loader the device runs with the reference loader on the same images: "
-                            "model input (mean |difference|, PSNR, channel means/stds) and the first training "
-                            "steps' losses")
-    audit.add_argument("--loader-images", type=options.int_at_least(1), default=loader_audit.DEFAULT_IMAGES,
-                       help="--loaders: images compared (default: %(default)s)")
-    audit.add_argument("--loader-steps", type=options.int_at_least(1), default=loader_audit.DEFAULT_STEPS,
-                       help="--loaders: training steps compared (default: %(default)s)")
-    audit.add_argument("--loader-pixel-tolerance", type=options.float_above(0.0),
-                       default=loader_audit.DEFAULT_PIXEL_TOLERANCE,
-                       help="--loaders: largest mean |difference| of the model input, normalized units "
-                            "(default: %(default)s)")
-    audit.add_argument("--loader-loss-rtol", type=options.float_above(0.0), default=loader_audit.DEFAULT_LOSS_RTOL,
-                       help="--loaders: largest relative difference of the first losses (default: %(default)s)")
-    audit.add_argument("--calibrate", action="store_true",
-                       help="no audit: the throughput test's false-FAIL and false-PASS rates over synthetic "
-                            "step-time series (AR(1), drift, spikes, between-run shifts), as JSON")
-    audit.add_argument("--pairs", type=options.int_at_least(10), default=1000, help="--calibrate: pairs of runs "
-                                                                                "(default: %(default)s)")
-    audit.add_argument("--steps", type=options.int_at_least(2), default=30, help="--calibrate: measured steps per run "
-                                                                              "(default: %(default)s)")
-    options.add_progress_option(audit)
-    audit.set_defaults(func=cmd_audit)
 
+def _add_compare_parser(sub: Any) -> None:
     compare = sub.add_parser(
         "compare", help="configurations side by side with speed-ups and plots; beside published results",
         description="Show configurations side by side, one row per configuration id (every axis: device, workers, "
@@ -94,6 +52,8 @@ def add_parsers(sub: Any) -> None:
     options.add_tracking_option(compare)
     compare.set_defaults(func=cmd_compare)
 
+
+def _add_report_parser(sub: Any) -> None:
     report = sub.add_parser(
         "report", help="one shareable page (HTML + Markdown) of a matrix: the blog's table and chart for your hardware",
         description="Write report.html (self-contained: charts embedded, nothing fetched) and report.md (with PNG "
@@ -115,6 +75,8 @@ def add_parsers(sub: Any) -> None:
     options.add_tracking_option(report)
     report.set_defaults(func=cmd_report)
 
+
+def _add_upload_parsers(sub: Any) -> None:
     upload = sub.add_parser(
         "upload", help="record a results folder into MLflow (its own store or another), without duplicates",
         description="Repair what a crash left in the results folder (as `suite recover`), then record its runs "
@@ -190,10 +152,28 @@ def _upload(directory: Path, tracking_uri: str | None, rescue: Path | None) -> i
 
 def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.tracking.mlflow_gateway import MlflowGateway
-    from suite.tracking.reading import rows_from_mlflow
 
     gateway = MlflowGateway(args.tracking_uri)
-    rows: list = []
+    rows = _compare_rows(args, gateway)
+    base, ratios = speedups(rows, args.baseline) if rows else (None, [])
+    if args.json:
+        baseline_id = base.config_id if base is not None else None
+        print(json.dumps([{**row.as_dict(), "speedup": ratio, "baseline": baseline_id}
+                          for row, ratio in zip(rows, ratios, strict=True)], indent=2))
+    elif rows:
+        print_compare_table(rows, base, ratios)
+    if rows and (args.output is not None or not args.json):
+        _plots(args, rows, gateway)
+    if args.reference and not args.json:
+        _print_published(args.reference, rows)
+    return 0
+
+
+def _compare_rows(args: argparse.Namespace, gateway: Any) -> list[Any]:
+    """The rows ``suite compare`` was asked for: a results folder's, or MLflow's (a run, an experiment, a filter)."""
+    from suite.tracking.reading import rows_from_mlflow
+
+    rows: list[Any] = []
     if args.results and Path(args.results).is_dir():
         results = ResultsStore(args.results).results()
         if not results:
@@ -213,46 +193,46 @@ def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
             raise SuiteError("no finished configuration matches: nothing to compare")
     elif not args.reference:
         raise SuiteError("give RESULTS (a results folder or MLflow run id), --experiment, --filter or --reference")
-    base, ratios = speedups(rows, args.baseline) if rows else (None, [])
-    if args.json:
-        baseline_id = base.config_id if base is not None else None
-        print(json.dumps([{**row.as_dict(), "speedup": ratio, "baseline": baseline_id}
-                          for row, ratio in zip(rows, ratios, strict=True)], indent=2))
-    elif rows:
-        print_compare_table(rows, base, ratios)
-    if rows and (args.output is not None or not args.json):
-        folder = args.output or Path("suite-results") / f"compare-{stamp()}"
-        if folder.exists() and not folder.is_dir():
-            raise SuiteError(f"--output {folder} is a file, not a folder")
-        pngs = plot(rows, folder)
+    return rows
+
+
+def _plots(args: argparse.Namespace, rows: list[Any], gateway: Any) -> None:
+    """The comparison's plots into --output (default: a new folder), and with --log-plots into the rows' MLflow
+    matrix runs."""
+    folder = args.output or Path("suite-results") / f"compare-{stamp()}"
+    if folder.exists() and not folder.is_dir():
+        raise SuiteError(f"--output {folder} is a file, not a folder")
+    pngs = plot(rows, folder)
+    if not args.json:
+        print("plots: " + ", ".join(str(p) for p in pngs))
+    if args.log_plots:
+        parents = sorted({p for row in rows for p in row.matrix_run_ids})
+        if not parents:
+            raise SuiteError("--log-plots: these rows come from no MLflow matrix run")
+        for parent in parents:
+            for png in pngs:
+                gateway.log_artifact(parent, png, artifact_path="plots")
         if not args.json:
-            print("plots: " + ", ".join(str(p) for p in pngs))
-        if args.log_plots:
-            parents = sorted({p for row in rows for p in row.matrix_run_ids})
-            if not parents:
-                raise SuiteError("--log-plots: these rows come from no MLflow matrix run")
-            for parent in parents:
-                for png in pngs:
-                    gateway.log_artifact(parent, png, artifact_path="plots")
-            if not args.json:
-                print(f"plots logged to MLflow run(s): {', '.join(parents)}")
-    if args.reference and not args.json:
-        from rich.table import Table
-        from rich.text import Text
+            print(f"plots logged to MLflow run(s): {', '.join(parents)}")
 
-        from suite.analysis.published import align
-        from suite.report.render import published_tables
 
-        path, data = load_reference(args.reference)
-        title = data.get("title", path.stem)
-        for table, what in zip(published_tables(align(reference_table(data), measured_table(rows))),
-                               ("published and measured samples/s", "ratios, published and measured on one row")):
-            shown = Table(title=f"{title}: {what}")
-            for index, header in enumerate(table.headers):
-                why = header.startswith("why")
-                shown.add_column(header, justify="left" if index == 0 or why else "right", no_wrap=index == 0,
-                                 overflow="fold" if why else "ellipsis")
-            for cells in table.rows:
-                shown.add_row(*(Text(cell) for cell in cells))
-            wide_console().print(shown)
-    return 0
+def _print_published(reference: str, rows: list[Any]) -> None:
+    """The published figures beside the measured ones: samples/s, then ratios on one row."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from suite.analysis.published import align
+    from suite.report.render import published_tables
+
+    path, data = load_reference(reference)
+    title = data.get("title", path.stem)
+    for table, what in zip(published_tables(align(reference_table(data), measured_table(rows))),
+                           ("published and measured samples/s", "ratios, published and measured on one row")):
+        shown = Table(title=f"{title}: {what}")
+        for index, header in enumerate(table.headers):
+            why = header.startswith("why")
+            shown.add_column(header, justify="left" if index == 0 or why else "right", no_wrap=index == 0,
+                             overflow="fold" if why else "ellipsis")
+        for cells in table.rows:
+            shown.add_row(*(Text(cell) for cell in cells))
+        wide_console().print(shown)

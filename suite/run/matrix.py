@@ -129,7 +129,7 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
     On an interrupt (Ctrl-C, SIGTERM), the running configuration is recorded as KILLED, the matrix is closed
     with status KILLED and the interrupt propagates.
 
-    With ``start_ahead``, configuration processes are started ahead of their turn (:class:`~suite.run.launch.
+    With ``start_ahead``, configuration processes are started ahead of their turn (:class:`~suite.run.children.
     Standby`), :data:`AHEAD` at a time, so that they import side by side: the first ones while the recorders open,
     the next ones when a configuration has done its measured steps and final evaluation and the one after it has
     no process yet. Processes started ahead wait idle (no CPU) while another configuration measures.
@@ -141,113 +141,133 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
         for process in started:
             process.cancel()
         raise ConfigError("the matrix has no configuration to run")
-    started_at = started_at or process_started_at()
-    info = store.matrix_info
-    progress = progress or NoProgress()
-    schedule = [(config, repeat) for config in configs for repeat in range(info.repeats)]
-    ahead: dict[int, Standby] = dict(enumerate(started))  # schedule position -> its process
-
-    def start_one(position: int) -> bool:
-        if position in ahead or position >= len(schedule) or not can_start_ahead(schedule[position][0]):
-            return True
-        try:
-            ahead[position] = Standby(schedule[position][0], info.memory_limit_bytes)
-            return True
-        except (OSError, ValueError):  # cannot start one now (process limit...): it starts at its turn
-            return False
-
-    def start_ahead_from(position: int) -> None:
-        """Unless the run at ``position`` already has its process, start it and the next ones (:data:`AHEAD` in
-        all) ahead of their turn: they import side by side, so every other configuration's imports are hidden."""
-        if start_ahead and position not in ahead:
-            all(start_one(later) for later in range(position, position + AHEAD))
-
-    def cancel_ahead() -> None:
-        while ahead:
-            ahead.popitem()[1].cancel()
-
+    runner = _MatrixRun(configs, store, progress or NoProgress(), start_ahead, started)
     if start_ahead:  # the first ones (unless the caller started them)
-        all(start_one(position) for position in range(AHEAD))
-    recorder_set = RecorderSet(recorders)
+        all(runner.start_one(position) for position in range(AHEAD))
+    recorder_set = runner.recorder_set = RecorderSet(recorders)
     opened = time.perf_counter()
     try:
         recorder_set.open(store)
     except BaseException:
-        cancel_ahead()
+        runner.cancel_ahead()
         raise
     setup_mlflow_s = time.perf_counter() - opened if recorders else None
     recorder_set.plan(configs)
-    outcome = MatrixOutcome([], [], FINISHED, recorder_errors=recorder_set.errors)
+    runner.outcome = MatrixOutcome([], [], FINISHED, recorder_errors=recorder_set.errors)
+    try:
+        for index, config in enumerate(configs):
+            runner.score([runner.run_one(index, config, repeat) for repeat in range(store.matrix_info.repeats)])
+    except _StopMatrix:
+        pass
+    except KeyboardInterrupt:  # also while recording (e.g. MLflow retrying): every ended run is in the folder
+        runner.outcome.status, runner.outcome.reason = KILLED, "interrupted by the user"
+        raise
+    finally:
+        runner.cancel_ahead()  # the matrix stopped early: the processes started ahead are not needed
+        runner.close(started_at or process_started_at(), setup_mlflow_s)
+    return runner.outcome
 
-    def record(result: RunResult) -> None:
+
+class _MatrixRun:
+    """The state of one :func:`run_matrix` call: the schedule of runs, the processes started ahead of their turn,
+    the recorders and the outcome so far."""
+
+    recorder_set: RecorderSet
+    outcome: MatrixOutcome
+
+    def __init__(self, configs: Sequence[RunConfig], store: ResultsStore, progress: Progress, start_ahead: bool,
+                 started: Sequence[Standby]) -> None:
+        self.configs, self.store, self.progress, self.start_ahead = configs, store, progress, start_ahead
+        self.info = store.matrix_info
+        self.schedule = [(config, repeat) for config in configs for repeat in range(self.info.repeats)]
+        self.ahead: dict[int, Standby] = dict(enumerate(started))  # schedule position -> its process
+
+    def start_one(self, position: int) -> bool:
+        if position in self.ahead or position >= len(self.schedule) or not can_start_ahead(self.schedule[position][0]):
+            return True
+        try:
+            self.ahead[position] = Standby(self.schedule[position][0], self.info.memory_limit_bytes)
+            return True
+        except (OSError, ValueError):  # cannot start one now (process limit...): it starts at its turn
+            return False
+
+    def start_ahead_from(self, position: int) -> None:
+        """Unless the run at ``position`` already has its process, start it and the next ones (:data:`AHEAD` in
+        all) ahead of their turn: they import side by side, so every other configuration's imports are hidden."""
+        if self.start_ahead and position not in self.ahead:
+            all(self.start_one(later) for later in range(position, position + AHEAD))
+
+    def cancel_ahead(self) -> None:
+        while self.ahead:
+            self.ahead.popitem()[1].cancel()
+
+    def record(self, result: RunResult) -> None:
         """The results folder first, then the recorders, then the folder again with the MLflow run id."""
+        outcome = self.outcome
         outcome.results.append(result)
         try:
-            store.record(result)
+            self.store.record(result)
         except RecordingError as exc:
             outcome.recording_error = str(exc)
-        recorder_set.end(result)
+        self.recorder_set.end(result)
         if outcome.recording_error is None and result.mlflow_run_id:
             try:
-                store.record(result)
+                self.store.record(result)
             except RecordingError as exc:
                 outcome.recording_error = str(exc)
         if outcome.recording_error is not None:
             raise _StopMatrix()
 
-    total = len(configs) * info.repeats
-    try:
-        for index, config in enumerate(configs):
-            repeats: list[RunResult] = []
-            for repeat in range(info.repeats):
-                run_uid = uuid.uuid4().hex
-                recorder_set.begin(config, repeat, run_uid)
-                progress.config_started(config, index * info.repeats + repeat, total)
-                run_name = config.config_id if info.repeats == 1 else f"{config.config_id}-r{repeat}"
-                position = index * info.repeats + repeat
-                mine = ahead.pop(position, None)  # launch owns it now
-                try:
-                    result = launch(config, store, progress, command=info.command, repeat=repeat,
-                                    run_name=run_name, memory_limit_bytes=info.memory_limit_bytes, run_uid=run_uid,
-                                    standby=mine, compute_done=functools.partial(start_ahead_from, position + 1))
-                except KeyboardInterrupt as exc:
-                    outcome.status, outcome.reason = KILLED, "interrupted by the user"
-                    completed = exc.result if isinstance(exc, Interrupted) else None
-                    try:
-                        record(completed or RunResult(config=config, status=KILLED,
-                                                      reason="interrupted by the user", ended_at=time.time(),
-                                                      repeat=repeat, run_uid=run_uid))
-                    except _StopMatrix:
-                        pass
-                    raise
-                except RecordingError as exc:  # its run folder could not be written: it never ran
-                    outcome.recording_error = str(exc)
-                    record(RunResult(config=config, status=FAILED, reason=f"not run: {exc}",
-                                     ended_at=time.time(), repeat=repeat, run_uid=run_uid))
-                repeats.append(result)
-                progress.config_ended(result)
-                record(result)
-            if any(r.recorded_elsewhere for r in repeats):  # measured and scored by global rank 0's node
-                continue
-            score = score_repeats(repeats)
-            outcome.scores.append(score)
+    def run_one(self, index: int, config: RunConfig, repeat: int) -> RunResult:
+        """One run of ``config``, launched, recorded and returned; an interrupt records it KILLED and propagates."""
+        info, position = self.info, index * self.info.repeats + repeat
+        run_uid = uuid.uuid4().hex
+        self.recorder_set.begin(config, repeat, run_uid)
+        self.progress.config_started(config, position, len(self.schedule))
+        run_name = config.config_id if info.repeats == 1 else f"{config.config_id}-r{repeat}"
+        mine = self.ahead.pop(position, None)  # launch owns it now
+        try:
+            result = launch(config, self.store, self.progress, command=info.command, repeat=repeat,
+                            run_name=run_name, memory_limit_bytes=info.memory_limit_bytes, run_uid=run_uid,
+                            standby=mine, compute_done=functools.partial(self.start_ahead_from, position + 1))
+        except KeyboardInterrupt as exc:
+            self.outcome.status, self.outcome.reason = KILLED, "interrupted by the user"
+            completed = exc.result if isinstance(exc, Interrupted) else None
             try:
-                store.record_scores([s.as_dict() for s in outcome.scores])
-            except RecordingError as exc:
-                outcome.recording_error = str(exc)
-                raise _StopMatrix() from None
-            recorder_set.score(score)
-    except _StopMatrix:
-        pass
-    except KeyboardInterrupt:  # also while recording (e.g. MLflow retrying): every ended run is in the folder
-        outcome.status, outcome.reason = KILLED, "interrupted by the user"
-        raise
-    finally:
-        cancel_ahead()  # the matrix stopped early: the processes started ahead are not needed
+                self.record(completed or RunResult(config=config, status=KILLED, reason="interrupted by the user",
+                                                   ended_at=time.time(), repeat=repeat, run_uid=run_uid))
+            except _StopMatrix:
+                pass
+            raise
+        except RecordingError as exc:  # its run folder could not be written: it never ran
+            self.outcome.recording_error = str(exc)
+            self.record(RunResult(config=config, status=FAILED, reason=f"not run: {exc}", ended_at=time.time(),
+                                  repeat=repeat, run_uid=run_uid))
+        self.progress.config_ended(result)
+        self.record(result)
+        return result
+
+    def score(self, repeats: list[RunResult]) -> None:
+        """A configuration's score over its repeats, recorded (unless another node measured and scores it)."""
+        if any(r.recorded_elsewhere for r in repeats):  # measured and scored by global rank 0's node
+            return
+        score = score_repeats(repeats)
+        self.outcome.scores.append(score)
+        try:
+            self.store.record_scores([s.as_dict() for s in self.outcome.scores])
+        except RecordingError as exc:
+            self.outcome.recording_error = str(exc)
+            raise _StopMatrix() from None
+        self.recorder_set.score(score)
+
+    def close(self, started_at: float, setup_mlflow_s: float | None) -> None:
+        """The matrix's timing, status and reason, into the folder and the recorders; a rescue file where the folder
+        could not be written."""
+        outcome, info, store = self.outcome, self.info, self.store
         outcome.timing = matrix_timing(outcome.results, started_at, setup_mlflow_s)
         info.timing = dict(outcome.timing)
         info.dataset_changes = differing_datasets(outcome.results)  # a file replaced mid-matrix: said, recorded
-        recorder_set.matrix_metrics(outcome.timing)
+        self.recorder_set.matrix_metrics(outcome.timing)
         if outcome.recording_error is not None:
             outcome.status = KILLED if outcome.status == KILLED else FAILED
             outcome.reason = f"stopped: the results folder cannot be written ({outcome.recording_error})"
@@ -258,7 +278,6 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
             store.finish(outcome.status, outcome.reason)
         except RecordingError as exc:
             outcome.recording_error = outcome.recording_error or str(exc)
-        recorder_set.close(outcome.status, outcome.reason)
+        self.recorder_set.close(outcome.status, outcome.reason)
         if outcome.recording_error is not None:
             outcome.rescue_file = store.rescue()
-    return outcome

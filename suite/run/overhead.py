@@ -63,72 +63,29 @@ def mean_interval(values: list[float]) -> tuple[float, float, float]:
 def run_overhead(config: RunConfig, blocks: int, progress: Callable[[str], None] = lambda _: None
                  ) -> dict[str, Any]:
     """Alternate bare and suite blocks of ``config.steps`` steps, ``blocks`` of each; JSON-ready figures."""
-
     adapter = load_device(config.device)()
     adapter.setup()
     prepare_device(config, adapter)
     workload = load_workload(config.workload)(config, adapter)
     progress("setting up the workload")
     workload.setup()
-    losses: list[float] = []
-    block_sections = _Sections()
-    timed_adapter = _TimedAdapter(adapter, lambda: block_sections)
-    steps = TrainingSteps(config, timed_adapter, workload, losses=losses)
-    batches = steps.batches  # one batch stream for both loops
-    bare: list[float] = []
-    suite: list[float] = []
-    sections: list[_Sections] = []
-    tracker_samples: list[int] = []
-    tracker_cpu: list[float] = []
-    bare_cpu_cores: list[float] = []  # how many cores the training step keeps busy (process CPU / wall, bare loop)
+    run = _Blocks(config, adapter, workload)
     with tempfile.TemporaryDirectory(prefix="suite-overhead-") as store, open(os.devnull, "w") as devnull:
         trackers = _Trackers(os.getpid(), store)
         try:
             progress("warm-up")
             for _ in range(config.warmup_steps):
-                workload.train_step(next(batches))
+                workload.train_step(next(run.batches))
             adapter.synchronize()
             mlperf = MlperfLog(Path(store) / "mlperf.log")
             for block in range(blocks):
                 progress(f"block {block + 1}/{blocks}: bare loop")
-                adapter.synchronize()
-                start, cpu0 = time.perf_counter(), time.process_time()
-                for _ in range(config.steps):
-                    workload.train_step(next(batches))
-                adapter.synchronize()
-                wall = time.perf_counter() - start
-                bare.append(wall / config.steps)
-                bare_cpu_cores.append((time.process_time() - cpu0) / wall)
-
+                run.bare_block()
                 progress(f"block {block + 1}/{blocks}: suite loop with trackers")
-                block_sections = _Sections()
                 with trackers.on() as stats:
-                    first = len(steps.timings)
-                    with block_sections.timed("mlperf_log"):
-                        mlperf.start(constants.BLOCK_START, metadata={"first_step": first,
-                                                                      "step_count": config.steps})
-                    mlperf_start = block_sections.wall["mlperf_log"], block_sections.cpu["mlperf_log"]
-                    steps.start_clock()
-                    block_sections = _Sections()  # start_clock's one synchronize is the bare loop's too
-                    block_sections.wall["mlperf_log"], block_sections.cpu["mlperf_log"] = mlperf_start
-                    for _ in range(config.steps):
-                        batch = next(batches)
-                        with block_sections.timed("batch_ready"):
-                            steps.batch_ready(batch)
-                        loss = workload.train_step(batch)
-                        with block_sections.timed("step_end"):
-                            steps.step_end(loss)
-                        with block_sections.timed("progress_event"):
-                            emit(devnull, step=len(steps.timings), total=config.steps * blocks, loss=losses[-1])
-                    with block_sections.timed("mlperf_log"):
-                        mlperf.end(constants.BLOCK_STOP, metadata={"first_step": first, "step_count": config.steps})
-                    suite.append(sum(t.step_time_s for t in steps.timings[first:]) / config.steps)
-                for name in ("synchronize", "step_boundary"):  # timed inside step_end: counted once, on their own
-                    block_sections.wall["step_end"] -= block_sections.wall[name]
-                    block_sections.cpu["step_end"] -= block_sections.cpu[name]
-                sections.append(block_sections)
-                tracker_samples.append(stats["samples"])
-                tracker_cpu.append(stats["tracker_cpu_fraction"])
+                    run.suite_block(mlperf, devnull, blocks)
+                run.tracker_samples.append(stats["samples"])
+                run.tracker_cpu.append(stats["tracker_cpu_fraction"])
             mlperf.close()
         finally:
             cost = trackers.close()
@@ -136,7 +93,66 @@ def run_overhead(config: RunConfig, blocks: int, progress: Callable[[str], None]
             adapter.teardown()
     if not cost:
         raise RuntimeError("the tracker process ended early; see its traceback above")
-    return _figures(config, blocks, bare, suite, sections, tracker_cpu, tracker_samples, bare_cpu_cores, cost)
+    return _figures(config, blocks, run.bare, run.suite, run.sections, run.tracker_cpu, run.tracker_samples,
+                    run.bare_cpu_cores, cost)
+
+
+class _Blocks:
+    """The two loops over one batch stream, and what each block measured."""
+
+    def __init__(self, config: RunConfig, adapter: Any, workload: Any) -> None:
+        self.config, self.adapter, self.workload = config, adapter, workload
+        self.losses: list[float] = []
+        self.block_sections = _Sections()
+        self.steps = TrainingSteps(config, _TimedAdapter(adapter, lambda: self.block_sections), workload,
+                                   losses=self.losses)
+        self.batches = self.steps.batches  # one batch stream for both loops
+        self.bare: list[float] = []
+        self.suite: list[float] = []
+        self.sections: list[_Sections] = []
+        self.tracker_samples: list[int] = []
+        self.tracker_cpu: list[float] = []
+        self.bare_cpu_cores: list[float] = []  # cores the training step keeps busy (process CPU / wall, bare loop)
+
+    def bare_block(self) -> None:
+        """``steps`` steps of a hand-written loop: the workload's step and a synchronize, timed as a whole."""
+        config, adapter = self.config, self.adapter
+        adapter.synchronize()
+        start, cpu0 = time.perf_counter(), time.process_time()
+        for _ in range(config.steps):
+            self.workload.train_step(next(self.batches))
+        adapter.synchronize()
+        wall = time.perf_counter() - start
+        self.bare.append(wall / config.steps)
+        self.bare_cpu_cores.append((time.process_time() - cpu0) / wall)
+
+    def suite_block(self, mlperf: MlperfLog, devnull: Any, blocks: int) -> None:
+        """``steps`` steps of the suite's own loop with its MLPerf log and progress events, each section timed."""
+        config, steps = self.config, self.steps
+        self.block_sections = _Sections()
+        first = len(steps.timings)
+        with self.block_sections.timed("mlperf_log"):
+            mlperf.start(constants.BLOCK_START, metadata={"first_step": first, "step_count": config.steps})
+        mlperf_start = self.block_sections.wall["mlperf_log"], self.block_sections.cpu["mlperf_log"]
+        steps.start_clock()
+        sections = self.block_sections = _Sections()  # start_clock's one synchronize is the bare loop's too
+        sections.wall["mlperf_log"], sections.cpu["mlperf_log"] = mlperf_start
+        for _ in range(config.steps):
+            batch = next(self.batches)
+            with sections.timed("batch_ready"):
+                steps.batch_ready(batch)
+            loss = self.workload.train_step(batch)
+            with sections.timed("step_end"):
+                steps.step_end(loss)
+            with sections.timed("progress_event"):
+                emit(devnull, step=len(steps.timings), total=config.steps * blocks, loss=self.losses[-1])
+        with sections.timed("mlperf_log"):
+            mlperf.end(constants.BLOCK_STOP, metadata={"first_step": first, "step_count": config.steps})
+        self.suite.append(sum(t.step_time_s for t in steps.timings[first:]) / config.steps)
+        for name in ("synchronize", "step_boundary"):  # timed inside step_end: counted once, on their own
+            sections.wall["step_end"] -= sections.wall[name]
+            sections.cpu["step_end"] -= sections.cpu[name]
+        self.sections.append(sections)
 
 
 def _figures(config: RunConfig, blocks: int, bare: list[float], suite: list[float], sections: list[_Sections],

@@ -44,6 +44,7 @@ from suite.run.training import (  # noqa: E402
     clear_caches,
     log_hyperparameters,
     log_traceback,
+    one_line,
     record_observed_loader,
     train,
     train_with_trainer,
@@ -52,18 +53,6 @@ from suite.run.training import (  # noqa: E402
 
 def _no_emit(**_: Any) -> None:
     pass
-
-
-def _one_line(exc: BaseException) -> str:
-    """A one-line reason; for an error re-raised from a DataLoader worker, the worker's original error."""
-    message = str(exc)
-    if "Original Traceback" in message:
-        last = [line.strip() for line in message.splitlines() if line.strip()][-1]
-        return f"in a loader worker: {last}"
-    text = " ".join(message.split()) or repr(exc)
-    if isinstance(exc, MemoryError):
-        return f"out of memory (MemoryError{': ' + text if text != repr(exc) else ''})"
-    return text if isinstance(exc, SuiteError) else f"{type(exc).__name__}: {text}"
 
 
 def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | None = None,
@@ -80,109 +69,141 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
     recorded as ``setup_<phase>_s`` (:mod:`suite.meters.setup`), failed runs included; ``started_at`` (wall
     clock) is when the configuration was handed to this process, the start of its first-step latency.
     """
-    rank = rank or Rank()
-    setup = setup or SetupClock()
-    started_at = started_at or time.time()
-
-    def first_step_done(timing: Any) -> None:
-        setup.add("loader_start", timing.data_wait_s)
-        setup.add("first_step", time.time() - started_at)
-
     if config.batch_size is None:
         raise ValueError("execute() needs a resolved batch_size (see suite.run.matrix.resolve)")
-    result = RunResult(config=config, status=FAILED, started_at=time.time())
-    facts = result.facts
-    facts["warmup_steps_excluded"] = config.warmup_steps
-    facts["batch_size_used"] = None
-    adapter = workload = host = None
-    mlperf = MlperfLog(mllog_path)
+    run = _Execution(config, emit_event, MlperfLog(mllog_path), rank or Rank(), setup or SetupClock(),
+                     started_at or time.time())
     try:
-        mlperf.event(constants.SUBMISSION_BENCHMARK, config.workload)
-        clear_caches(config, mlperf, facts)
-        mlperf.start(constants.INIT_START)
+        run.mlperf.event(constants.SUBMISSION_BENCHMARK, config.workload)
+        clear_caches(config, run.mlperf, run.facts)
+        run.mlperf.start(constants.INIT_START)
+        run.set_up_device()
+        run.set_up_workload(config_filename)
+        run.train()
+    except Exception as exc:  # noqa: BLE001 - every failure is recorded, none lost
+        run.failed(exc)
+    except BaseException:  # interrupted: close the MLPerf log's intervals, then let it propagate
+        run.mlperf.abort()
+        raise
+    finally:
+        run.close()
+    return run.result
+
+
+class _Execution:
+    """One :func:`execute` call: its device, workload, MLPerf log and the result being filled."""
+
+    def __init__(self, config: RunConfig, emit_event: EmitFn, mlperf: MlperfLog, rank: Rank, setup: SetupClock,
+                 started_at: float) -> None:
+        self.config, self.emit_event, self.mlperf, self.rank = config, emit_event, mlperf, rank
+        self.setup, self.started_at = setup, started_at
+        self.result = RunResult(config=config, status=FAILED, started_at=time.time())
+        self.facts = self.result.facts
+        self.facts["warmup_steps_excluded"] = config.warmup_steps
+        self.facts["batch_size_used"] = None
+        self.adapter: Any = None
+        self.workload: Any = None
+        self.host: HostGroup | None = None
+
+    def first_step_done(self, timing: Any) -> None:
+        self.setup.add("loader_start", timing.data_wait_s)
+        self.setup.add("first_step", time.time() - self.started_at)
+
+    def set_up_device(self) -> None:
+        config, rank, facts = self.config, self.rank, self.facts
         if rank.world_size % config.nproc_per_node:
             raise SuiteError(f"nproc_per_node is {config.nproc_per_node} but {rank.world_size} process(es) run, "
                              "not a whole number of nodes")
-        emit_event(phase="device setup")
-        with setup.phase("device"):
-            adapter = load_device(config.device)(local_rank=rank.local_rank)
+        self.emit_event(phase="device setup")
+        with self.setup.phase("device"):
+            adapter = self.adapter = load_device(config.device)(local_rank=rank.local_rank)
             adapter.setup()
             if rank.world_size > 1:
                 import torch.distributed as dist
 
                 dist.init_process_group(backend=adapter.traits.distributed_backend)
-                host = HostGroup.create()  # host figures between ranks: NCCL/HCCL carry device tensors only
+                self.host = HostGroup.create()  # host figures between ranks: NCCL/HCCL carry device tensors only
                 facts["world_size"] = rank.world_size
                 facts["nodes"] = rank.world_size // config.nproc_per_node
                 facts["distributed_backend"] = adapter.traits.distributed_backend
-            facts["global_batch_size"] = config.batch_size * rank.world_size
+            facts["global_batch_size"] = config.batch * rank.world_size
             facts["device"] = adapter.facts()
             facts["accelerator_environment"] = accelerator_environment(facts["device"])
             prepare_device(config, adapter)
-        workload = load_workload(config.workload)(config, adapter)
-        emit_event(phase="workload setup")
+
+    def set_up_workload(self, config_filename: str) -> None:
+        config, facts, adapter, mlperf = self.config, self.facts, self.adapter, self.mlperf
+        workload = self.workload = load_workload(config.workload)(config, adapter)
+        self.emit_event(phase="workload setup")
         try:
             workload.setup()
         finally:
             for phase, seconds in workload.setup_clock.seconds.items():
-                setup.add(phase, seconds)
+                self.setup.add(phase, seconds)
         facts["workload"] = workload.facts()
         facts["precision_used"] = config.precision
         facts["run_params"] = run_params(adapter)
-        log_hyperparameters(mlperf, config, workload, rank)
+        log_hyperparameters(mlperf, config, workload, self.rank)
         lowest = adapter.numerics().lowest_precisions(config.precision)
-        facts["submission"] = log_disclosures(mlperf, config, facts["device"], lowest,
-                                              rank.world_size, config_filename,
-                                              type(workload).recipe_deviations(config))
+        facts["submission"] = log_disclosures(mlperf, config, facts["device"], lowest, self.rank.world_size,
+                                              config_filename, type(workload).recipe_deviations(config))
         mlperf.end(constants.INIT_STOP)
+
+    def train(self) -> None:
+        config, rank, mlperf, workload, result = self.config, self.rank, self.mlperf, self.workload, self.result
         mlperf.start(constants.RUN_START)
-        quality = QualityTracker(config, workload, mlperf, emit_event, rank.rank, host, time.monotonic(),
-                                 config.batch_size * rank.world_size)
+        quality = QualityTracker(config, workload, mlperf, self.emit_event, rank.rank, self.host, time.monotonic(),
+                                 config.batch * rank.world_size)
         if config.engine == "hf-trainer":
-            train_with_trainer(config, adapter, workload, result, emit_event, mlperf, rank, quality, first_step_done)
+            train_with_trainer(config, self.adapter, workload, result, self.emit_event, mlperf, rank, quality,
+                               self.first_step_done)
         else:
-            train(config, adapter, workload, result, emit_event, mlperf, rank, quality, first_step_done, host)
+            train(config, self.adapter, workload, result, self.emit_event, mlperf, rank, quality,
+                  self.first_step_done, self.host)
         result.metrics.update(workload.metrics())
-        facts["workload"] = workload.facts()  # with what the run itself learnt (e.g. images decoded on the host)
+        self.facts["workload"] = workload.facts()  # with what the run itself learnt (e.g. images decoded on the host)
         record_observed_loader(result, workload)
         mlperf.end(constants.RUN_STOP, metadata={"status": "success"})
         result.status = FINISHED
-    except Exception as exc:  # noqa: BLE001 - every failure is recorded, none lost
-        result.status = FAILED
-        result.reason = _one_line(exc)
+
+    def failed(self, exc: Exception) -> None:
+        self.result.status = FAILED
+        self.result.reason = one_line(exc)
         log_traceback()
-        if workload is not None:
-            record_observed_loader(result, workload)
-        mlperf.abort()
-    except BaseException:  # interrupted: close the MLPerf log's intervals, then let it propagate
-        mlperf.abort()
-        raise
-    finally:
-        result.metrics.update(setup.metrics())
+        if self.workload is not None:
+            record_observed_loader(self.result, self.workload)
+        self.mlperf.abort()
+
+    def close(self) -> None:
+        """Set-up figures into the result, the MLPerf log closed, workload and device torn down, the process group
+        left once every rank is done."""
+        result, mlperf = self.result, self.mlperf
+        result.metrics.update(self.setup.metrics())
         mlperf.close()
         if mlperf.write_error:
-            facts.setdefault("recording_errors", []).append(mlperf.write_error)
-        for closer in (workload, adapter):
+            self.facts.setdefault("recording_errors", []).append(mlperf.write_error)
+        for closer in (self.workload, self.adapter):
             if closer is not None:
                 try:
                     closer.teardown()
                 except Exception:  # noqa: BLE001 - teardown must not mask the run's own outcome
                     log_traceback()
-        if rank.world_size > 1:
+        if self.rank.world_size > 1:
             import torch.distributed as dist
 
             if dist.is_initialized():
                 try:  # every rank done with its collectives before any closes its connections: a rank that
-                    if host is not None:  # destroyed the group under another's last send aborted it (gloo, CI)
-                        host.barrier()
+                    if self.host is not None:  # destroyed the group under another's last send aborted it (gloo, CI)
+                        self.host.barrier()
                 except Exception:  # noqa: BLE001 - a peer already gone: nothing left to wait for
                     log_traceback()
                 dist.destroy_process_group()
         result.ended_at = time.time()
-    return result
 
 
-def main(argv: list[str] | None = None) -> int:
+def _take_run(argv: list[str] | None) -> tuple[Any, RunFiles, RunConfig, dict[str, Any], SetupClock, float] | None:
+    """The command line read, the imports done and timed, the run folder taken (in standby: once the runner hands it
+    over); ``None`` when a standby process is not needed after all."""
     parser = argparse.ArgumentParser(prog="python -m suite.run.process", description=__doc__)
     parser.add_argument("--run-folder", type=Path,
                         help="the run's folder (runs/<name>) holding config.json and, from the runner, run.json")
@@ -202,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         clock.add("imports", time.time() - STARTED_AT)
         run_folder = wait_for_turn()
         if run_folder is None:
-            return 0  # not needed after all (the matrix ended or changed course), or the runner is gone
+            return None  # not needed after all (the matrix ended or changed course), or the runner is gone
         started_at = time.time()
         stderr_into(RunFiles(run_folder.resolve().parent.parent, run_folder.resolve().name).log)
     files = RunFiles(run_folder.resolve().parent.parent, run_folder.resolve().name)
@@ -212,6 +233,14 @@ def main(argv: list[str] | None = None) -> int:
         preload(config.workload, config.device)
         clock.add("imports", time.time() - STARTED_AT)
         started_at = launched_at
+    return args, files, config, info, clock, started_at
+
+
+def main(argv: list[str] | None = None) -> int:
+    taken = _take_run(argv)
+    if taken is None:
+        return 0
+    args, files, config, info, clock, started_at = taken
     rank = Rank.from_environment()
     leader = rank.rank == 0  # only rank 0 reports progress and writes the result and the MLPerf log
     log = RunLog()

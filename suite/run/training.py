@@ -35,6 +35,18 @@ def log_traceback() -> None:
         pass
 
 
+def one_line(exc: BaseException) -> str:
+    """A one-line reason; for an error re-raised from a DataLoader worker, the worker's original error."""
+    message = str(exc)
+    if "Original Traceback" in message:
+        last = [line.strip() for line in message.splitlines() if line.strip()][-1]
+        return f"in a loader worker: {last}"
+    text = " ".join(message.split()) or repr(exc)
+    if isinstance(exc, MemoryError):
+        return f"out of memory (MemoryError{': ' + text if text != repr(exc) else ''})"
+    return text if isinstance(exc, SuiteError) else f"{type(exc).__name__}: {text}"
+
+
 def record_observed_loader(result: RunResult, workload: Any) -> None:
     """What the workload's loader really was (the pipeline built, the DataLoader that ran), for the audit."""
     try:

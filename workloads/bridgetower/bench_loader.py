@@ -189,7 +189,6 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
     per_worker: dict[str, list[float]] = {name: [] for name in pipelines}
     decode_only: list[float] = []
     end_to_end: dict[str, list[float]] = {name: [] for name in pipelines}
-    batches_per_epoch = len(images) // options.batch_size
     try:
         for name, loader in loaders.items():  # warm-up: start the workers, fill caches
             progress(f"warm-up {name}")
@@ -209,6 +208,23 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
             if iterator is not None:
                 iterator._shutdown_workers()
 
+    result.update(_ratios(options, pipelines, per_worker, end_to_end, decode_only, result["fidelity"]))
+    result["settings"] = {
+        "images": len(images), "image_size": options.image_size, "batch_size": options.batch_size,
+        "num_workers": workers, "rounds": options.rounds, "batches_per_epoch": len(images) // options.batch_size,
+        "device_stage_on": "cpu", "closed_tolerance": CLOSED_TOLERANCE, "jpeg_decoder": jpeg_decoder_name(),
+        "resampler": resampler_name(), "torch": torch.__version__, "logical_cores": os.cpu_count(),
+        "dataset": dataset,
+    }
+    if options.train_steps:
+        result["training"] = training_comparison(workload_class, options.dataset, options.train_steps, progress)
+    return result
+
+
+def _ratios(options: LoaderBenchOptions, pipelines: dict[str, Any], per_worker: dict[str, list[float]],
+            end_to_end: dict[str, list[float]], decode_only: list[float], fidelity: dict[str, Any]) -> dict[str, Any]:
+    """Medians over the rounds per pipeline, and each pipeline over the reference (end to end, per worker) and the
+    closed one per image over the JPEG decode alone."""
     table: dict[str, dict[str, Any]] = {}
     for name, pipeline in pipelines.items():
         batches_per_s = statistics.median(end_to_end[name])
@@ -220,14 +236,14 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
             "end_to_end_batches_per_s_rounds": end_to_end[name],
         }
     reference = table["reference"]["end_to_end_batches_per_s"]
-    result.update(
+    return dict(
         closed_vs_reference=table["closed"]["end_to_end_batches_per_s"] / reference,
         open_vs_reference=table["open"]["end_to_end_batches_per_s"] / reference,
         closed_vs_reference_per_worker=(table["closed"]["images_per_s_per_worker"]
                                         / table["reference"]["images_per_s_per_worker"]),
         open_vs_reference_per_worker=(table["open"]["images_per_s_per_worker"]
                                       / table["reference"]["images_per_s_per_worker"]),
-        open_psnr_db=result["fidelity"]["open_psnr_db"],
+        open_psnr_db=fidelity["open_psnr_db"],
         # per image on one worker thread: the closed pipeline's time over the JPEG decode's alone (1.0 = decoding
         # is all it does; the rest is resize, crop and normalization)
         closed_per_image_vs_decode=statistics.median(decode_only) / table["closed"]["images_per_s_per_worker"],
@@ -235,17 +251,7 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
         closed_per_image_s=1.0 / table["closed"]["images_per_s_per_worker"],
         decode_per_image_s=1.0 / statistics.median(decode_only),
         pipelines=table,
-        settings={
-            "images": len(images), "image_size": options.image_size, "batch_size": options.batch_size,
-            "num_workers": workers, "rounds": options.rounds, "batches_per_epoch": batches_per_epoch,
-            "device_stage_on": "cpu", "closed_tolerance": CLOSED_TOLERANCE, "jpeg_decoder": jpeg_decoder_name(),
-            "resampler": resampler_name(),
-            "torch": torch.__version__, "logical_cores": os.cpu_count(), "dataset": dataset,
-        },
     )
-    if options.train_steps:
-        result["training"] = training_comparison(workload_class, options.dataset, options.train_steps, progress)
-    return result
 
 
 def training_comparison(workload_class: type, dataset: str | None, steps: int,

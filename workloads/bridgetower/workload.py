@@ -16,7 +16,7 @@ from suite.config import RunConfig
 from suite.workload import Workload
 
 from workloads.bridgetower import inputs
-from workloads.bridgetower.data.bounds import DecodeBudget
+from workloads.bridgetower.data.bounds import DecodeBudget, ImageBounds
 from workloads.bridgetower.data.catalog import held_out_split
 from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE, CaptionedImages, endless, make_loader
 from workloads.bridgetower.data.sources import ImageCaptionSource
@@ -123,19 +123,8 @@ class BridgeTowerWorkload(Workload):
         self._facts.update(built.facts)
         total_steps = config.total_steps
         self.image_size = int(model.config.vision_config.image_size)  # `model`: unwrapped by DDP
-        bounds = inputs.image_bounds(config)
-        budget = DecodeBudget.of(config.loader_memory_gib, config.num_workers)
-        dataset = CaptionedImages(source, encoded["input_ids"], encoded["attention_mask"], config.loader,
-                                  self.image_size, self.device.torch_device.type, bounds, self._image_pipeline,
-                                  budget)
-        self.train_dataset = dataset
-        self.eval_dataset = CaptionedImages(held_out, encoded_held_out["input_ids"], encoded_held_out["attention_mask"],
-                                            config.loader, self.image_size, self.device.torch_device.type, bounds,
-                                            self._image_pipeline, budget)
-        self._loader = make_loader(dataset, config.batch, config.num_workers, config.seed,
-                                   pin_memory=self.device.torch_device.type == "cuda",
-                                   prefetch_factor=config.prefetch_factor,
-                                   loader_timeout_s=config.effective_loader_timeout_s())
+        bounds, budget = self._make_loaders(source, held_out, encoded, encoded_held_out)
+        dataset = self.train_dataset
         self._facts.update(
             dataset=everything.describe(),
             dataset_fingerprint=dataset_fingerprint,
@@ -163,6 +152,24 @@ class BridgeTowerWorkload(Workload):
             max_grad_norm=preset.max_grad_norm,
             text_pooler="removed",
         )
+
+    def _make_loaders(self, source: ImageCaptionSource, held_out: ImageCaptionSource, encoded: Any,
+                      encoded_held_out: Any) -> tuple[ImageBounds, DecodeBudget]:
+        """The training and held-out datasets through the configured loader, and the training DataLoader; returns
+        the image bounds and the workers' decode budget they hold to."""
+        config = self.config
+        bounds = inputs.image_bounds(config)
+        budget = DecodeBudget.of(config.loader_memory_gib, config.num_workers)
+        device_type = self.device.torch_device.type
+        self.train_dataset = CaptionedImages(source, encoded["input_ids"], encoded["attention_mask"], config.loader,
+                                             self.image_size, device_type, bounds, self._image_pipeline, budget)
+        self.eval_dataset = CaptionedImages(held_out, encoded_held_out["input_ids"], encoded_held_out["attention_mask"],
+                                            config.loader, self.image_size, device_type, bounds,
+                                            self._image_pipeline, budget)
+        self._loader = make_loader(self.train_dataset, config.batch, config.num_workers, config.seed,
+                                   pin_memory=device_type == "cuda", prefetch_factor=config.prefetch_factor,
+                                   loader_timeout_s=config.effective_loader_timeout_s())
+        return bounds, budget
 
     def batches(self) -> Iterator[Any]:
         return endless(self._loader)
