@@ -102,3 +102,29 @@ def test_unusable_datasets_fail_before_any_configuration(tmp_path, capsys, rows,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_every_matrix_field_is_one_option_of_suite_run_under_its_own_name():
+    """The command line's schema is the configuration's: each MatrixSpec field is set by exactly one `suite run`
+    option whose destination is the field's name (spec_from_args takes them by name), and no option of the
+    configuration is spelled otherwise."""
+    import argparse
+    import dataclasses
+
+    from suite.config import MatrixSpec
+
+    parser = build_parser()
+    run = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    dests = [a.dest for a in run._actions]
+    fields = [f.name for f in dataclasses.fields(MatrixSpec)]
+    assert {name: dests.count(name) for name in fields} == {name: 1 for name in fields}
+
+
+def test_the_matrix_of_the_command_line_is_the_one_its_options_say(tmp_path):
+    from suite.cli.matrix_run import spec_from_args
+
+    argv = ["run", "--workers", "0,2", "--loader", "cpu,cpu-fast", "--steps", "4", "--seed", "7",
+            "--max-caption-bytes", "100", "--timeout", "30", "--eval-every", "2"]
+    spec = spec_from_args(build_parser().parse_args(argv))
+    assert (spec.workers, spec.loaders, spec.steps, spec.seed, spec.max_caption_bytes, spec.timeout_s,
+            spec.eval_every, spec.preset) == ((0, 2), ("cpu", "cpu-fast"), 4, 7, 100, 30.0, 2, "tiny")

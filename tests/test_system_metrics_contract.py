@@ -83,7 +83,7 @@ def test_the_system_metrics_loop_reads_no_run_back_and_writes_every_sample(tmp_p
     real_get_run = MlflowClient.get_run
     monkeypatch.setattr(MlflowClient, "get_run", lambda self, rid: reads.append(rid) or real_get_run(self, rid))
     monkeypatch.setattr(system_metrics, "FLUSH_EVERY_S", 0.3)
-    monitor = system_metrics.start_system_metrics(run_id, uri, 0.05)
+    monitor = system_metrics.start_system_metrics(gateway, run_id, 0.05)
     time.sleep(1.5)
     monitor.finish()
     assert reads == []

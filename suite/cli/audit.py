@@ -16,7 +16,7 @@ from suite.audit.verdicts import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
 from suite.cli.display import PlainProgress, RichProgress, stamp
 from suite.cli.tables import print_checks
 from suite.errors import ConfigError, SuiteError
-from suite.results.files import MatrixInfo
+from suite.results.files import AUDIT_FILE, MatrixInfo
 from suite.results.store import ResultsStore
 from suite.tracking.stores import normalize_uri
 
@@ -120,7 +120,7 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
             report = audit_recorded(recorded, args.target, store, rerun=not args.no_rerun, loss_rtol=args.loss_rtol,
                                     throughput_tolerance=args.throughput_tolerance, progress=display,
                                     loaders=_loader_audit(args))
-        audit_file = store.write_json("audit.json", {**report.as_dict(),
+        audit_file = store.write_json(AUDIT_FILE, {**report.as_dict(),
                                                      "throughput_tolerance": args.throughput_tolerance})
         store.finish("FINISHED", None if report.passed else f"audit verdict {report.verdict}")
     finally:

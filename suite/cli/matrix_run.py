@@ -30,23 +30,12 @@ from suite.tracking.stores import check_reachable, default_tracking_uri, normali
 
 
 def spec_from_args(args: argparse.Namespace) -> MatrixSpec:
-
-    preset = args.preset or load_workload(args.workload).default_preset
-    return MatrixSpec.from_dict(dict(
-        workload=args.workload, preset=preset, devices=args.devices, workers=args.workers,
-        loaders=args.loaders, precisions=args.precisions, engines=getattr(args, "engines", ("suite",)),
-        steps=args.steps, warmup_steps=args.warmup_steps, seed=args.seed, batch_size=args.batch_size,
-        dataset=args.dataset, weights=getattr(args, "weights", None), tokenizer=getattr(args, "tokenizer", "auto"),
-        skip_bad_samples=getattr(args, "skip_bad_samples", False),
-        nproc_per_node=getattr(args, "nproc_per_node", 1), prefetch_factor=getattr(args, "prefetch_factor", None),
-        nnodes=getattr(args, "nnodes", 1), rdzv_endpoint=getattr(args, "rdzv_endpoint", None),
-        max_image_pixels=args.max_image_pixels, max_image_bytes=args.max_image_bytes,
-        max_caption_bytes=getattr(args, "max_caption_bytes", None),
-        loader_memory_gib=getattr(args, "loader_memory_gib", None),
-        allow_outside_links=args.allow_outside_links, timeout_s=args.timeout_s, loader_timeout_s=args.loader_timeout_s,
-        eval_every=args.eval_every, target_quality=args.target_quality, max_steps=args.max_steps,
-        submission_org=args.submission_org, submission_platform=args.submission_platform,
-        submission_division=args.submission_division, clear_caches=args.clear_caches))
+    """The matrix the options describe. The command line's schema is the configuration's: every option of a
+    :class:`MatrixSpec` field has the field's name as its destination (``tests/test_cli.py`` holds it), so the spec
+    takes each field the command's parser has, and the dataclass defaults for the rest."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(MatrixSpec) if hasattr(args, f.name)}
+    given["preset"] = args.preset or load_workload(args.workload).default_preset
+    return MatrixSpec.from_dict(given)
 
 
 @dataclasses.dataclass

@@ -9,7 +9,6 @@ and provenance (commit, versions, fingerprints, the command to reproduce). The r
 
 from __future__ import annotations
 
-import json
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from typing import Any, Sequence
 from suite.analysis.compare import THROUGHPUT, Row, rows_from_results
 from suite.analysis.published import Alignment, align, load_reference, measured_table, reference_table
 from suite.errors import SuiteError
-from suite.fileio import read_record_text
+from suite.results.files import AUDIT_FILE, read_audit_checks
 from suite.results.record import FINISHED, dataset_warning, differing_datasets
 from suite.results.store import ResultsStore
 from suite.tracking.reading import matrix_run_view
@@ -144,20 +143,14 @@ def from_folder(folder: Path, reference: str | None, audits: Sequence[Path] = ()
     content.unfinished = [f"{r.config.describe()}: {r.status}: {r.reason}" for r in results
                           if r.status != FINISHED]
     content.dataset_warning = dataset_warning(differing_datasets(results))
-    for audit in [*audits, *([folder / "audit.json"] if (folder / "audit.json").is_file() else [])]:
+    for audit in [*audits, *([folder / AUDIT_FILE] if (folder / AUDIT_FILE).is_file() else [])]:
         content.audit += read_audit(audit)
     return content
 
 
 def read_audit(path: Path) -> list[AuditCheck]:
     """The checks of ``suite audit``'s audit.json (or of the folder holding it)."""
-    path = path / "audit.json" if path.is_dir() else path
-    try:
-        data = json.loads(read_record_text(path))
-        return [AuditCheck(str(c["subject"]), str(c["name"]), str(c["verdict"]), str(c["detail"]))
-                for c in data["checks"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SuiteError(f"{path} is not an audit.json of suite audit: {exc}") from None
+    return [AuditCheck(*check) for check in read_audit_checks(path)]
 
 
 def from_mlflow(gateway: Any, run_id: str, reference: str | None) -> ReportContent:

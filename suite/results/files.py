@@ -26,6 +26,7 @@ RESULTS_FILE = "results.json"
 SCORES_FILE = "scores.json"
 RUNS_DIR = "runs"
 LOCK_FILE = ".suite.lock"
+AUDIT_FILE = "audit.json"
 RESCUE_PREFIX = "suite-rescue-"
 
 
@@ -119,7 +120,7 @@ class RunFiles:
     def read_config(self) -> RunConfig:
         """The run's config.json (the runner writes it), validated; :class:`ResultsFolderError` names what is wrong."""
         try:
-            return RunConfig.from_dict(_read_json(self.config))
+            return RunConfig.from_dict(read_json(self.config))
         except (ConfigError, ValueError, TypeError) as exc:
             raise ResultsFolderError(f"{self.config}: {exc}") from None
 
@@ -127,7 +128,7 @@ class RunFiles:
         """The run's run.json (the runner's notes for the process: uid, repeat, command), ``{}`` where absent."""
         if not self.run_info.is_file():
             return {}
-        info = _read_json(self.run_info)
+        info = read_json(self.run_info)
         if not isinstance(info, dict):
             raise ResultsFolderError(f"{self.run_info} is not a JSON object")
         return info
@@ -136,7 +137,7 @@ class RunFiles:
         """The run's result.json, validated; ``None`` where there is none."""
         if not self.result.is_file():
             return None
-        return validate_result(_read_json(self.result), str(self.result))
+        return validate_result(read_json(self.result), str(self.result))
 
     def read_log_tail(self, lines: int) -> str:
         """The last ``lines`` lines of the run's log (``""`` where it cannot be read)."""
@@ -151,7 +152,7 @@ class RunFiles:
         run)."""
 
         try:
-            return _read_json(self.manifest).get("stage", COMPLETE) == COMPLETE
+            return read_json(self.manifest).get("stage", COMPLETE) == COMPLETE
         except (ResultsFolderError, AttributeError):
             return False
 
@@ -164,7 +165,9 @@ class RunFiles:
         return facts
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """A record file as JSON, read as a regular file within the size cap; :class:`ResultsFolderError` names the file
+    and what is wrong."""
     try:
         text = read_record_text(path)
     except FileNotFoundError:
@@ -191,7 +194,7 @@ def validate_result(data: Any, where: str) -> RunResult:
 
 def read_results_file(path: Path, matrix_uid: str | None = None) -> list[RunResult]:
     """The runs of a ``results.json`` (schema 2, or the schema-1 bare list), each validated."""
-    data = _read_json(path)
+    data = read_json(path)
     if isinstance(data, list):  # schema 1: a bare list of runs
         runs = data
     elif isinstance(data, dict):
@@ -211,7 +214,7 @@ def read_results_file(path: Path, matrix_uid: str | None = None) -> list[RunResu
 
 
 def read_scores_file(path: Path) -> list[dict[str, Any]]:
-    data = _read_json(path)
+    data = read_json(path)
     scores = data if isinstance(data, list) else data.get("scores") if isinstance(data, dict) else None
     if not isinstance(scores, list) or not all(isinstance(s, dict) and "config_id" in s for s in scores):
         raise ResultsFolderError(f"{path} is not a scores file (a list of scores, each with its config_id)")
@@ -221,7 +224,7 @@ def read_scores_file(path: Path) -> list[dict[str, Any]]:
 def read_rescue(path: str | os.PathLike[str]) -> tuple[MatrixInfo, list[RunResult], list[dict[str, Any]]]:
     """A rescue file written by :meth:`ResultsStore.rescue`, validated (its manifests: :func:`rescued_manifests`)."""
     path = Path(path)
-    data = _read_json(path)
+    data = read_json(path)
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION or "matrix" not in data:
         raise ResultsFolderError(f"{path} is not a suite rescue file")
     try:
@@ -234,6 +237,16 @@ def read_rescue(path: str | os.PathLike[str]) -> tuple[MatrixInfo, list[RunResul
 
 def rescued_manifests(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     """The complete manifests a rescue file carries, by run uid (none in a rescue file of an older suite)."""
-    data = _read_json(Path(path))
+    data = read_json(Path(path))
     manifests = data.get("manifests") if isinstance(data, dict) else None
     return {str(k): v for k, v in manifests.items() if isinstance(v, dict)} if isinstance(manifests, dict) else {}
+
+
+def read_audit_checks(path: Path) -> list[tuple[str, str, str, str]]:
+    """The checks (subject, name, verdict, detail) of ``suite audit``'s audit.json, or of the folder holding it."""
+    path = path / AUDIT_FILE if path.is_dir() else path
+    data = read_json(path)
+    try:
+        return [(str(c["subject"]), str(c["name"]), str(c["verdict"]), str(c["detail"])) for c in data["checks"]]
+    except (KeyError, TypeError) as exc:
+        raise ResultsFolderError(f"{path} is not an audit.json of suite audit: {exc}") from None

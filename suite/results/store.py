@@ -37,7 +37,7 @@ from suite.results.files import (
     SCORES_FILE,
     MatrixInfo,
     RunFiles,
-    _read_json,
+    read_json,
     read_results_file,
     read_scores_file,
     validate_result,
@@ -248,7 +248,7 @@ class ResultsStore:
         if not path.is_file():
             raise ResultsFolderError(f"{self.root} is not a results folder: {MATRIX_FILE} is missing")
         try:
-            return MatrixInfo.from_dict(_read_json(path))
+            return MatrixInfo.from_dict(read_json(path))
         except (ValueError, TypeError) as exc:
             raise ResultsFolderError(f"{path}: {exc}") from None
 
@@ -283,6 +283,6 @@ class ResultsStore:
             return
         for folder in sorted(p for p in runs.iterdir() if p.is_dir()):
             files = RunFiles(self.root, folder.name)
-            result = validate_result(_read_json(files.result), str(files.result)) if files.result.is_file() else None
-            info = _read_json(files.run_info) if files.run_info.is_file() else None
+            result = validate_result(read_json(files.result), str(files.result)) if files.result.is_file() else None
+            info = read_json(files.run_info) if files.run_info.is_file() else None
             yield files, result, info if isinstance(info, dict) else None

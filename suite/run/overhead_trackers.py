@@ -89,7 +89,7 @@ def _tracker_process(pid: int, connection: Any, store: str) -> None:
     run_id = gateway.create_run(gateway.experiment_id("overhead") or "", "overhead", {}, {})
     connection.send("ready")
     while connection.recv() == "start":
-        monitor = start_system_metrics(run_id, uri, SYSTEM_METRICS_INTERVAL_S)
+        monitor = start_system_metrics(gateway, run_id, SYSTEM_METRICS_INTERVAL_S)
         sampler = HostRamSampler(pid, RAM_SAMPLE_INTERVAL_S).start()
         while sampler.pss_samples == 0:  # steady state, as in a run: the first (PSS) sample is behind us
             time.sleep(0.005)

@@ -146,7 +146,7 @@ class MlflowRecorder(Recorder):
             from suite.tracking.system_metrics import start_system_metrics
 
             self._monitors[(config_id, repeat)] = start_system_metrics(
-                run_id, self.tracking_uri, self._system_metrics_interval_s)
+                self.gateway, run_id, self._system_metrics_interval_s)
 
     def end(self, result: RunResult) -> None:
         if result.recorded_elsewhere:  # this node's share of a multi-node run: global rank 0's node records it

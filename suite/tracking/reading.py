@@ -4,7 +4,6 @@ suite's runs are tagged, besides the recorder that tags them."""
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,8 +12,7 @@ from typing import Any
 from suite.analysis.compare import THROUGHPUT, Row, RowGroup, rows_of
 from suite.config import RunConfig
 from suite.errors import SuiteError
-from suite.fileio import read_record_text
-from suite.results.files import read_results_file, read_scores_file, validate_result
+from suite.results.files import read_json, read_results_file, read_scores_file, validate_result
 from suite.results.manifest import MANIFEST_FILE, load_manifest
 from suite.results.record import FINISHED, RunResult
 from suite.tracking import mlflow_gateway as tags
@@ -93,7 +91,7 @@ def matrix_records(gateway: Any, run_id: str) -> tuple[list[RunResult], list[dic
             result_path = fetch(run_id, "result.json")
             if result_path is None:
                 raise SuiteError(f"MLflow run {run_id} has no result.json artifact")
-            results, scores = [validate_result(json.loads(read_record_text(result_path)), str(result_path))], []
+            results, scores = [validate_result(read_json(result_path), str(result_path))], []
             results[0].mlflow_run_id = run_id
         manifests = []
         for result in results:
@@ -128,7 +126,7 @@ def matrix_run_view(gateway: Any, run_id: str) -> MatrixRunView:
         for row in rows:  # the first configuration run that has one
             path = gateway.download_artifact(row.mlflow_run_ids[0], MANIFEST_FILE, Path(scratch))
             if path is not None:
-                manifest = json.loads(read_record_text(path))
+                manifest = read_json(path)
                 break
     checks = []
     for audit in gateway.search_runs([matrix.info.experiment_id], f"tags.`{tags.ROLE}` = 'audit' and "

@@ -3,22 +3,33 @@ pynvml where installed), plus an HPU monitor of ours through habana-pyhlml (MLfl
 
 The monitors run in the runner's process while a configuration runs, sampling the whole machine, and
 log under ``system/`` on that configuration's MLflow run. The sampling loop is ours (:class:`RunSystemMetrics`), the
-monitors, names and batch logger MLflow's: MLflow's own loop reads the run back from the store after every sample
-to see whether it ended (5 ms of CPU per read on sqlite here, half a percent of a core at one sample a second, taken
-from the benchmark it watches), and writes each sample as it comes; the runner owns the run's lifetime and stops the
-monitor itself, and the samples are written in batches every :data:`FLUSH_EVERY_S` seconds.
+monitors and metric names MLflow's (its public monitor classes: ``collect_metrics``, ``aggregate_metrics``,
+``clear_metrics``; its environment variables for the interval, the samples per point and the node id), the writes go
+through the suite's gateway. MLflow's own loop (``SystemMetricsMonitor``) reads the run back from the store after
+every sample to see whether it ended (5 ms of CPU per read on sqlite here, half a percent of a core at one sample a
+second, taken from the benchmark it watches); the runner owns the run's lifetime and stops the monitor itself, and
+the samples are written in batches every :data:`FLUSH_EVERY_S` seconds.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import threading
 import time
 from typing import Any
 
-from mlflow.entities import Metric
+from mlflow.environment_variables import (
+    MLFLOW_SYSTEM_METRICS_NODE_ID,
+    MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_LOGGING,
+    MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL,
+)
 from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
-from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
+from mlflow.system_metrics.metrics.disk_monitor import DiskMonitor
+from mlflow.system_metrics.metrics.gpu_monitor import GPUMonitor
+from mlflow.system_metrics.metrics.network_monitor import NetworkMonitor
+from mlflow.system_metrics.metrics.rocm_monitor import ROCMMonitor
 
 from suite.devices.gaudi2 import hlml_init
 
@@ -80,55 +91,93 @@ def hpu_monitor() -> HPUMonitor | None:
         return None
 
 
-class RunSystemMetrics(SystemMetricsMonitor):
-    """MLflow's system metrics monitor (mlflow/system_metrics/system_metrics_monitor.py, MLflow 3.x) on a run whose
-    end the caller signals with ``finish()``: the loop samples every ``sampling_interval`` seconds and aggregates
-    ``samples_before_logging`` samples per point as MLflow's does, without reading the run back after each sample,
-    and hands the points to MLflow's batch logger every :data:`FLUSH_EVERY_S` seconds (``finish()`` writes the rest).
-    """
+def default_monitors() -> list[BaseMetricsMonitor]:
+    """MLflow's monitors as its ``SystemMetricsMonitor`` builds them: CPU, disk, network, and an NVIDIA (else AMD)
+    GPU where its library finds one; plus Habana's HPUs where habana-pyhlml finds them."""
+    monitors: list[BaseMetricsMonitor] = [CPUMonitor(), DiskMonitor(), NetworkMonitor()]
+    for gpu in (GPUMonitor, ROCMMonitor):
+        try:
+            monitors.append(gpu())
+            break
+        except Exception as exc:  # noqa: BLE001 - no library, no driver, no device: no GPU metrics
+            _log.debug("no %s system metrics: %s", gpu.__name__, exc)
+    hpu = hpu_monitor()
+    if hpu is not None:
+        monitors.append(hpu)
+    return monitors
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+
+class RunSystemMetrics:
+    """System metrics on a run whose end the caller signals with :meth:`finish`: every ``sampling_interval``
+    seconds each monitor samples; every ``samples_before_logging`` samples the aggregates become one point per metric
+    (``system/[node/]name``, steps 0, 1, 2...), queued and written through the gateway every :data:`FLUSH_EVERY_S`
+    seconds and at the end. A store that fails costs the system metrics, never the run."""
+
+    def __init__(self, gateway: Any, run_id: str, sampling_interval: float, samples_before_logging: int = 1,
+                 monitors: list[BaseMetricsMonitor] | None = None) -> None:
+        self.gateway, self.run_id = gateway, run_id
+        self.monitors = default_monitors() if monitors is None else monitors
+        self.sampling_interval = MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL.get() or sampling_interval
+        self.samples_before_logging = MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_LOGGING.get() or samples_before_logging
+        node_id = MLFLOW_SYSTEM_METRICS_NODE_ID.get()
+        self.prefix = "system/" + (f"{node_id}/" if node_id else "")
+        self.step = self.samples = self.flushes = 0
+        self._queued: list[tuple[str, float, int, int]] = []
         self._flushed_at = time.monotonic()
-        self.flushes = 0
-        self.samples = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    def monitor(self) -> None:
-        while not self._shutdown_event.is_set():
+    def start(self) -> "RunSystemMetrics":
+        self._thread = threading.Thread(target=self._loop, name="suite-system-metrics", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
             for _ in range(self.samples_before_logging):
-                self.collect_metrics()
+                for monitor in self.monitors:
+                    monitor.collect_metrics()
                 self.samples += 1
-                if self._shutdown_event.wait(self.sampling_interval):
+                if self._stop.wait(self.sampling_interval):
                     break
             try:
-                self.publish_metrics(self.aggregate_metrics())
+                self._publish()
             except Exception as exc:  # noqa: BLE001 - a store that fails costs the system metrics, not the run
                 _log.warning("system metrics stopped: cannot write them to MLflow: %s", exc)
                 return
 
-    def publish_metrics(self, metrics: dict[str, float]) -> None:
-        """Queue one point per metric (``system/`` prefix, node id as MLflow's); write the queue every
-        :data:`FLUSH_EVERY_S` seconds."""
-        prefix = self._metrics_prefix + (self.node_id + "/" if self.node_id else "")
+    def _publish(self) -> None:
+        """One point per metric from the samples so far; the queue written every :data:`FLUSH_EVERY_S` seconds."""
         stamp = int(time.time() * 1000)
-        self.mlflow_logger.data += [Metric(prefix + key, value, stamp, self._logging_step)
-                                    for key, value in metrics.items()]
-        self._logging_step += 1
         for monitor in self.monitors:
+            self._queued += [(self.prefix + key, value, stamp, self.step)
+                             for key, value in monitor.aggregate_metrics().items()]
             monitor.clear_metrics()
+        self.step += 1
         if time.monotonic() - self._flushed_at >= FLUSH_EVERY_S:
-            self.mlflow_logger.flush()
-            self._flushed_at = time.monotonic()
-            self.flushes += 1
+            self._flush()
+
+    def _flush(self) -> None:
+        queued, self._queued = self._queued, []
+        if queued:
+            self.gateway.log(self.run_id, metrics=queued)
+        self._flushed_at = time.monotonic()
+        self.flushes += 1
+
+    def finish(self) -> None:
+        """Stop sampling and write what is queued."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        try:
+            self._flush()
+        except Exception as exc:  # noqa: BLE001 - a store that fails costs the system metrics, not the run
+            _log.warning("system metrics: the last points are not written to MLflow: %s", exc)
 
 
-def start_system_metrics(run_id: str, tracking_uri: str, interval_s: float) -> RunSystemMetrics:
-    """Start the system metrics monitor (plus HPU where present) on ``run_id``; call ``finish()`` when the run
-    ends."""
-    monitor = RunSystemMetrics(run_id, sampling_interval=interval_s, samples_before_logging=1,
-                               tracking_uri=tracking_uri)
-    hpu = hpu_monitor()
-    if hpu is not None:
-        monitor.monitors.append(hpu)
-    monitor.start()
-    return monitor
+def start_system_metrics(gateway: Any, run_id: str, interval_s: float) -> RunSystemMetrics:
+    """Start the system metrics monitors (MLflow's, plus HPU where present) on ``run_id``, written through
+    ``gateway``; call ``finish()`` when the run ends."""
+    return RunSystemMetrics(gateway, run_id, interval_s).start()
