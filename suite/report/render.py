@@ -41,8 +41,8 @@ class Section:
 
 
 def _group(row: Row, rows: Sequence[Row]) -> str:
-    """A row's bar group: its device, plus every other named axis (:data:`suite.config.LABEL_AXES`) that varies in
-    the report but the chart's own (workers, loader) and the seed."""
+    """A row's bar group: its device, plus every other named axis (:data:`suite.config.labels.LABEL_AXES`) that
+    varies in the report but the chart's own (workers, loader) and the seed."""
     parts = [row.config.device]
     for name, attribute in LABEL_AXES:
         if name in ("device", "workers", "loader", "seed"):

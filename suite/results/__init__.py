@@ -1,2 +1,2 @@
-"""What a run leaves behind: the results folder (:mod:`.store`, its only reader and writer), run records
-(:mod:`.results`), manifests, MLPerf logs and environment facts."""
+"""What a run leaves behind: the results folder (:mod:`.files` and :mod:`.store`, its only readers and writers), run
+records (:mod:`.record`), manifests, MLPerf logs and environment facts."""

@@ -18,6 +18,7 @@ Both steps are idempotent.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -141,8 +142,8 @@ def upload(directory: Path, tracking_uri: str | None = None, rescue: Path | None
         own_store = matrix.tracking_uri is not None and normalize_uri(uri) == normalize_uri(matrix.tracking_uri)
         recorder = MlflowRecorder(MlflowGateway(uri), resume=True)
         recorder.open(matrix, store.root)
-        results = store.held_results() if own_store else [RunResult.from_dict(r.to_dict())
-                                                           for r in store.held_results()]
+        # another store: copies, so that its run ids never land in this folder's records
+        results = store.held_results() if own_store else copy.deepcopy(store.held_results())
         recorder.plan([r.config for r in results])  # run names as `suite run` gives them
         for result in results:
             recorder.end(result)
