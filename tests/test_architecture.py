@@ -181,3 +181,13 @@ def test_a_device_adapter_has_at_most_twelve_members():
     members = ({n for n in vars(DeviceAdapter) if not n.startswith("__") and n != "_abc_impl"}
                | set(DeviceAdapter.__annotations__))
     assert len(members) <= 12, sorted(members)
+
+
+def test_what_tox_leaves_in_the_tree_is_ignored():
+    """tox writes a `.venv` *file* (the path of its environment) at the root; `git status` must not show it."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    assert subprocess.run(["git", "check-ignore", "-q", ".venv"], cwd=ROOT).returncode == 0

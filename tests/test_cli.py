@@ -128,3 +128,18 @@ def test_the_matrix_of_the_command_line_is_the_one_its_options_say(tmp_path):
     spec = spec_from_args(build_parser().parse_args(argv))
     assert (spec.workers, spec.loaders, spec.steps, spec.seed, spec.max_caption_bytes, spec.timeout_s,
             spec.eval_every, spec.preset) == ((0, 2), ("cpu", "cpu-fast"), 4, 7, 100, 30.0, 2, "tiny")
+
+
+def test_a_misspelt_option_is_refused_by_its_command_with_the_likely_one(capsys):
+    """Issue 29, point 4: argparse's abbreviations are off (`--worker 0` is not `--workers 0`), and an unknown option
+    gets the command's usage and the options spelled most alike."""
+    for argv, hint in ((["run", "--wokers", "0"], "--wokers (did you mean --workers?)"),
+                       (["run", "--worker", "0"], "--worker (did you mean --workers?)"),
+                       (["compare", "--baselin", "x"], "--baselin (did you mean --baseline?)")):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and hint in err and f"usage: suite {argv[0]}" in err
+    with pytest.raises(SystemExit):
+        main(["run", "--dataset-whatever", "x"])
+    assert "unrecognized arguments: --dataset-whatever x" in capsys.readouterr().err  # no likely one: none named

@@ -98,6 +98,43 @@ def test_compare_json_gives_one_row_per_configuration_of_an_engine_by_prefetch_m
         ("suite", 2), ("suite", 4), ("hf-trainer", 2), ("hf-trainer", 4)}
 
 
+def test_two_result_sets_are_compared_with_labels_that_tell_them_apart(tmp_path, capsys):
+    """Issue 29, point 1: `suite compare A B` over two folders of the same configurations (one run with more steps)
+    gives every row with its set's name and what differs between the sets, and plots no line through points of
+    different sets."""
+    from suite.analysis.plots import lines_of
+
+    workers = (0, 2)
+    a = _store_with(tmp_path, [_result(dataclasses.replace(BASE, num_workers=n), 10.0 + n) for n in workers], "A")
+    b = _store_with(tmp_path, [_result(dataclasses.replace(BASE, num_workers=n, steps=60), 20.0 + n)
+                               for n in workers], "B")
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 4 and len({r["label"] for r in rows}) == 4
+    assert sorted(r["set"].split(",")[0].rstrip(")") for r in rows) == ["A (steps 30"] * 2 + ["B (steps 60"] * 2
+    assert main(["compare", str(a), str(b), "--output", str(tmp_path / "plots")]) == 0
+    out = capsys.readouterr().out
+    assert "A (steps 30" in out and "B (steps 60" in out
+    assert (tmp_path / "plots" / "throughput.png").is_file()
+    from suite.analysis.compare import ResultSet, label_sets, rows_from_results
+    from suite.results.store import ResultsStore as Store
+
+    # the same configurations in two sets (a re-run): only the set tells their points apart
+    again = _store_with(tmp_path, [_result(dataclasses.replace(BASE, num_workers=n), 30.0 + n) for n in workers], "C")
+    sets = [ResultSet(f.name, {}, rows_from_results(Store(f).results())) for f in (a, again)]
+    lines = lines_of(label_sets(sets))
+    assert len(lines) == 2 and all(len({r.set_label for r in members}) == 1
+                                    and [r.config.num_workers for r in members] == [0, 2]
+                                    for members in lines.values())
+    [joined] = lines_of([r for s in sets for r in s.rows]).values()  # unlabelled: one line through both sets
+    assert [r.config.num_workers for r in joined] == [0, 0, 2, 2]
+
+
+def test_compare_of_a_name_that_is_neither_a_folder_nor_a_run_id_says_so(tmp_path, capsys):
+    assert main(["compare", "nosuchdir"]) == 2
+    assert "no such results folder: nosuchdir (nor an MLflow run id" in capsys.readouterr().err
+
+
 def test_repeats_of_a_suffixed_configuration_are_scored_not_shown_raw(tmp_path, capsys):
     config = dataclasses.replace(BASE, num_workers=2, prefetch_factor=4)
     runs = [_result(config, v, repeat=i) for i, v in enumerate((10.0, 20.0, 100.0))]

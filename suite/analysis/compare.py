@@ -10,6 +10,7 @@ how many runs it holds and how many of that configuration's runs did not finish.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -32,6 +33,8 @@ class Row:
     mlflow_run_ids: tuple[str, ...] = ()
     matrix_run_ids: tuple[str, ...] = ()
     aggregation: str = "one run"
+    #: which result set the row comes from, where several are compared (see :func:`label_sets`)
+    set_label: str = ""
 
     @property
     def config_id(self) -> str:
@@ -39,7 +42,7 @@ class Row:
 
     @property
     def label(self) -> str:
-        return self.config.describe()
+        return f"{self.set_label}: {self.config.describe()}" if self.set_label else self.config.describe()
 
     @property
     def contended(self) -> bool:
@@ -53,7 +56,7 @@ class Row:
                 "config": self.config.to_dict(),
                 "metrics": self.metrics, "runs": self.runs, "unfinished_runs": self.unfinished_runs,
                 "aggregation": self.aggregation, "mlflow_run_ids": list(self.mlflow_run_ids),
-                "matrix_run_ids": list(self.matrix_run_ids)}
+                "matrix_run_ids": list(self.matrix_run_ids), "set": self.set_label}
 
 
 @dataclass
@@ -133,3 +136,36 @@ def speedups(rows: Sequence[Row], baseline: str | None = None) -> tuple[Row, lis
     base = pick_baseline(rows, baseline)
     reference = base.metrics[THROUGHPUT]
     return base, [r.metrics[THROUGHPUT] / reference for r in rows]
+
+
+@dataclass(frozen=True)
+class ResultSet:
+    """One result set of a comparison: its name (a folder's, an MLflow run's), facts about it (when it started,
+    host, commit) and its rows."""
+
+    name: str
+    facts: dict[str, str]
+    rows: list[Row]
+
+
+def label_sets(sets: Sequence[ResultSet]) -> list[Row]:
+    """The rows of every set; where there are several, each row's ``set_label`` names its set and what tells the
+    sets apart: of steps, preset, batch size, start time, host and commit, those that differ between sets."""
+    if len(sets) < 2:
+        return [row for result_set in sets for row in result_set.rows]
+    described = []
+    for result_set in sets:
+        configs = [row.config for row in result_set.rows]
+        described.append({"steps": ",".join(sorted({str(c.steps) for c in configs})),
+                          "preset": ",".join(sorted({c.preset for c in configs})),
+                          "batch": ",".join(sorted({str(c.batch_size) for c in configs})), **result_set.facts})
+    keys = [key for key in dict.fromkeys(k for d in described for k in d)
+            if len({d.get(key, "") for d in described}) > 1]
+    names = [s.name for s in sets]
+    rows = []
+    for index, (result_set, facts) in enumerate(zip(sets, described, strict=True)):
+        name = result_set.name if names.count(result_set.name) == 1 else f"{result_set.name} #{index + 1}"
+        differs = ", ".join(f"{key} {facts[key]}" for key in keys if facts.get(key))
+        label = f"{name} ({differs})" if differs else name
+        rows += [dataclasses.replace(row, set_label=label) for row in result_set.rows]
+    return rows

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -51,15 +52,27 @@ def _save(plt: Any, fig: Any, path: Path) -> Path:
     return path
 
 
+def lines_of(rows: Sequence[Row]) -> dict[str, list[Row]]:
+    """The plotted lines: the rows of one result set whose configurations differ in the worker count alone, by
+    worker count; points of different sets or different configurations are never joined. Named by set and
+    :func:`series_name`, with the configuration id (less its worker count) where two lines would share a name."""
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        key = (row.set_label, dataclasses.replace(row.config, num_workers=0).config_id)
+        groups.setdefault(key, []).append(row)
+    names = [(f"{label}: " if label else "") + series_name(members[0]) for (label, _), members in groups.items()]
+    lines = {}
+    for name, ((_, config_id), members) in zip(names, groups.items(), strict=True):
+        members.sort(key=lambda r: r.config.num_workers)
+        lines[name if names.count(name) == 1 else f"{name} [{config_id}]"] = members
+    return lines
+
+
 def plot(rows: Sequence[Row], directory: Path) -> list[Path]:
     """Write throughput.png and memory.png into ``directory``; returns their paths."""
     plt = _pyplot()
     directory.mkdir(parents=True, exist_ok=True)
-    series: dict[str, list[Row]] = {}
-    for row in rows:
-        series.setdefault(series_name(row), []).append(row)
-    for members in series.values():
-        members.sort(key=lambda r: r.config.num_workers)
+    series = lines_of(rows)
     workers = sorted({r.config.num_workers for r in rows})
 
     fig, ax = plt.subplots(figsize=(8, 5))

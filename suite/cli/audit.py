@@ -115,7 +115,8 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
                                                    command=["suite", *argv],
                                                    tracking_uri=normalize_uri(gateway.tracking_uri)))
     try:
-        display = PlainProgress() if args.no_progress else RichProgress(len(recorded.results))
+        # progress bars only for what runs: --no-rerun runs nothing (its bars stayed empty)
+        display = PlainProgress() if args.no_progress or args.no_rerun else RichProgress(len(recorded.results))
         with display:
             report = audit_recorded(recorded, args.target, store, rerun=not args.no_rerun, loss_rtol=args.loss_rtol,
                                     throughput_tolerance=args.throughput_tolerance, progress=display,

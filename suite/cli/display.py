@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
+import textwrap
 import time
 from typing import Any
 
@@ -14,10 +16,21 @@ from suite.run.estimate import format_duration
 MiB = 2**20
 
 
+#: The width assumed where output goes to a file or a pipe: no line is wrapped.
+UNBOUNDED = 10_000
+#: Narrower than this, tables are printed as a block of lines per row instead.
+TABLE_WIDTH = 160
+
+
 def wide_console() -> Any:
     from rich.console import Console
 
-    return Console(width=max(Console().width, 160))
+    return Console(width=max(Console().width, TABLE_WIDTH))
+
+
+def narrow() -> bool:
+    """Whether the terminal is too narrow for the result tables (then each row is a wrapped block of lines)."""
+    return terminal_width() < TABLE_WIDTH
 
 
 class Timing:
@@ -185,14 +198,39 @@ class PlainProgress:
         pass
 
     def config_started(self, config: RunConfig, index: int, count: int) -> None:
-        print(f"[{index + 1}/{count}] {config.describe()} ({config.config_id})", file=sys.stderr, flush=True)
+        say(f"[{index + 1}/{count}] {config.describe()} ({config.config_id})", file=sys.stderr)
 
     def event(self, config: RunConfig, event: dict[str, Any]) -> None:
         pass
 
     def config_ended(self, result: RunResult) -> None:
-        print(summary_line(result), file=sys.stderr, flush=True)
+        say(summary_line(result), file=sys.stderr)
 
 
 def stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
+
+
+def terminal_width() -> int:
+    """The terminal's width: ``$COLUMNS`` where set, the terminal's own, else :data:`UNBOUNDED` (output to a file
+    or a pipe keeps whole lines)."""
+    return shutil.get_terminal_size((UNBOUNDED, 24)).columns
+
+
+def wrapped(text: str, indent: str = "", width: int | None = None) -> str:
+    """``text`` in lines no longer than the terminal (:func:`terminal_width`): each line of it keeps its own leading
+    spaces (after ``indent``), its continuation lines two more; a word longer than a line (a path) is broken."""
+    width = max(width or terminal_width(), 40)
+    out = []
+    for line in text.split("\n"):
+        body = line.lstrip(" ")
+        lead = indent + line[:len(line) - len(body)]
+        out.append(lead + body if len(lead + body) <= width else
+                   textwrap.fill(body, width=width, initial_indent=lead, subsequent_indent=lead + "  ",
+                                 break_on_hyphens=False))
+    return "\n".join(out)
+
+
+def say(text: str, file: Any = None) -> None:
+    """Print ``text`` wrapped to the terminal's width (see :func:`wrapped`)."""
+    print(wrapped(text), file=file or sys.stdout, flush=True)

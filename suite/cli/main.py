@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import signal
 import sys
 from typing import Sequence
@@ -17,11 +18,13 @@ and a new results folder. ``suite list`` shows workloads, presets and devices; `
 recorded matrix and checks it; ``suite compare`` sets configurations side by side and beside published results;
 ``suite report`` writes one shareable page of a matrix; ``suite recover`` / ``suite upload`` finish what a crash
 left and record a folder into MLflow."""
+#: The commands that run configurations (an interrupt records the one running).
+MEASURING = ("run", "tune")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI parser."""
-    parser = argparse.ArgumentParser(prog="suite", description=DESCRIPTION,
+    parser = argparse.ArgumentParser(prog="suite", description=DESCRIPTION, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -30,7 +33,25 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_parsers(sub)
     records.add_parsers(sub)
     inspect.add_parsers(sub)
+    for command in sub.choices.values():  # `--worker 0` is not `--workers 0`: an option is spelled out
+        command.allow_abbrev = False
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """The command line read; an option the command does not know is refused by that command's parser (its own
+    usage line), with the options it does know that are spelled most alike."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # no public accessor
+        own = command.choices[args.command]
+        known = [o for action in own._actions for o in action.option_strings]
+        hints = [f"{word} (did you mean {' or '.join(close)}?)" if close else word
+                 for word in unknown
+                 for close in [difflib.get_close_matches(word.split("=", 1)[0], known, n=2, cutoff=0.75)
+                               if word.startswith("-") else []]]
+        own.error(f"unrecognized arguments: {' '.join(hints)}")
+    return args
 
 
 class Terminated(KeyboardInterrupt):
@@ -51,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         started_at = process_started_at()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     args.started_at = started_at
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
@@ -60,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"suite: error: {visible(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
-        print("suite: interrupted; every ended configuration and the interrupted one are in results.json "
-              "and MLflow", file=sys.stderr)
+        print("suite: interrupted" + ("; every ended configuration and the interrupted one are in results.json and "
+                                      "MLflow" if args.command in MEASURING else ""), file=sys.stderr)
         cause: BaseException | None = exc
         while cause is not None and not isinstance(cause, Terminated):  # launch wraps it to carry a result
             cause = cause.__cause__

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suite.analysis.summary import timing_line
-from suite.cli.display import PlainProgress, RichProgress, stamp
+from suite.cli.display import PlainProgress, RichProgress, say, stamp
 from suite.cli.tables import print_results_table, print_scores_table
 from suite.config import MatrixSpec, RunConfig, param_text
 from suite.devices.probe import probe
@@ -64,10 +64,10 @@ def _say_outcome(outcome: Any, store: ResultsStore, recorder: Any, tracking_uri:
     is."""
     info, output = store.matrix_info, store.root
     print_results_table(outcome.results)
-    print(timing_line(outcome.results, outcome.timing), file=sys.stderr)
+    say(timing_line(outcome.results, outcome.timing), file=sys.stderr)
     changed = dataset_warning(info.dataset_changes)  # run_matrix grouped the runs by the data they read
     if changed:
-        print(f"suite: warning: {visible(changed)}", file=sys.stderr)
+        say(f"suite: warning: {visible(changed)}", file=sys.stderr)
     if info.repeats > 1:
         print_scores_table(outcome.scores)
     where = {"results": str(store.root / "results.json"), **recorder.describe()}
@@ -75,13 +75,13 @@ def _say_outcome(outcome: Any, store: ResultsStore, recorder: Any, tracking_uri:
     if written is not None:
         where["report"] = str(written)
     for error in outcome.recorder_errors:
-        print(f"suite: error: {error}\nsuite: the results folder holds every run; record them into MLflow with: "
+        say(f"suite: error: {error}\nsuite: the results folder holds every run; record them into MLflow with: "
               f"suite upload {output} --tracking-uri {tracking_uri}", file=sys.stderr)
     if outcome.recording_error is not None:
         kept = (f"{len(outcome.results)} run(s) kept in {outcome.rescue_file}; after freeing space: "
                 f"suite recover {output} --from {outcome.rescue_file}") if outcome.rescue_file else \
             "no place could take a rescue copy either: the runs are printed below as JSON"
-        print(f"suite: error: {outcome.reason}; {kept}", file=sys.stderr)
+        say(f"suite: error: {outcome.reason}; {kept}", file=sys.stderr)
         if outcome.rescue_file is None:
             print(json.dumps([r.to_dict() for r in outcome.results]))
     return where
@@ -119,7 +119,7 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
                                   system_metrics_interval_s=args.system_metrics_interval or None)
         display = PlainProgress() if args.no_progress else RichProgress(len(resolved) * info.repeats,
                                                                         _history(tracking_uri, resolved, info.repeats))
-        print(f"suite: {len(resolved)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
+        say(f"suite: {len(resolved)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
         with display:
             handed, first = first, []  # run_matrix owns them from here
             outcome = run_matrix(resolved, store, [recorder], display, start_ahead=getattr(args, "start_ahead", True),
@@ -150,7 +150,7 @@ def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunCon
 
     prepared = dict(workload_cls.prepare(resolved[0]))
     for warning in prepared.pop("warnings", []):
-        print(f"suite: warning: {visible(warning)}", file=sys.stderr)
+        say(f"suite: warning: {visible(warning)}", file=sys.stderr)
 
     when = stamp()
     node = f"-node{args.node_rank}" if spec.nnodes > 1 else ""
@@ -186,13 +186,13 @@ def _write_report(folder: Path, recorder: Any, outcome: Any) -> Path | None:
         content = from_folder(folder, DEFAULT_REFERENCE)
         files = write_report(content, folder)
     except SuiteError as exc:
-        print(f"suite: warning: no report: {visible(exc)}", file=sys.stderr)
+        say(f"suite: warning: no report: {visible(exc)}", file=sys.stderr)
         return None
     if recorder.parent_run_id and not outcome.recorder_errors:
         try:
             recorder.attach_report(*mlflow_summary(content), [files.html, files.markdown, *files.images])
         except Exception as exc:  # noqa: BLE001 - MLflow is optional: the report is in the folder
-            print(f"suite: warning: the report is not attached to MLflow run {recorder.parent_run_id}: "
+            say(f"suite: warning: the report is not attached to MLflow run {recorder.parent_run_id}: "
                   f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
     return files.html
 

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 import suite.cli.options as options
 from suite.analysis import tune
+from suite.cli.display import say
 from suite.cli.matrix_run import _exit_status, _matrix_size, _shard_and_matrix_id, dry_run, run_recorded, spec_from_args
 from suite.cli.tables import print_tune_table
 from suite.config import TOKENIZER_MODES
@@ -154,18 +155,18 @@ def merge_config_file(args: argparse.Namespace, argv: Sequence[str]) -> argparse
 def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     args = merge_config_file(args, argv)
     if not args.dry_run and sys.stderr.isatty():  # said before the heavy imports (torch, transformers, MLflow)
-        print(f"suite: {_matrix_size(args)} run(s) of {args.workload}: preparing (model library, dataset, tokenizer, "
-              "MLflow store)...", file=sys.stderr, flush=True)
+        say(f"suite: {_matrix_size(args)} run(s) of {args.workload}: preparing (model library, dataset, tokenizer, "
+            "MLflow store)...", file=sys.stderr)
     spec = spec_from_args(args)
     configs = _shard_and_matrix_id(spec, args)
     if configs == []:
-        print(f"suite: shard {args.shard[0]}/{args.shard[1]} holds no configuration of this matrix: nothing to run")
+        say(f"suite: shard {args.shard[0]}/{args.shard[1]} holds no configuration of this matrix: nothing to run")
         return 0
     if args.dry_run:
         return dry_run(spec, args, configs)
     run = run_recorded(spec, configs, args, argv)
     run.store.release()
-    print("\n".join(f"{k}: {v}" for k, v in run.where.items()))
+    say("\n".join(f"{k}: {v}" for k, v in run.where.items()))
     return _exit_status(run)
 
 
@@ -189,7 +190,7 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         log_tune(run.recorder.gateway, run.recorder.parent_run_id, outcome, [png, summary])
     best, pick = outcome.best, outcome.recommended
     print_tune_table(outcome)
-    print(f"best: {best.label} ({best.throughput_samples_per_s:.1f} samples/s, 95 % interval "
+    say(f"best: {best.label} ({best.throughput_samples_per_s:.1f} samples/s, 95 % interval "
           f"[{best.ci_low:.1f}, {best.ci_high:.1f}])\n"
           f"recommended: {pick.label} ({pick.throughput_samples_per_s:.1f} samples/s, [{pick.ci_low:.1f}, "
           f"{pick.ci_high:.1f}]: not significantly slower than the best; host PSS "
@@ -197,7 +198,7 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
           f"plot: {png}\nsummary: {summary}")
     busy = [p.label for p in outcome.points if p.contended]
     if busy:
-        print(f"suite: warning: the host was busy with other work while measuring {', '.join(busy)}: those figures "
+        say(f"suite: warning: the host was busy with other work while measuring {', '.join(busy)}: those figures "
               "are not the machine's; run again on a quiet host", file=sys.stderr)
-    print("\n".join(f"{k}: {v}" for k, v in run.where.items()))
+    say("\n".join(f"{k}: {v}" for k, v in run.where.items()))
     return _exit_status(run)

@@ -207,3 +207,8 @@ def add_output_option(parser: argparse.ArgumentParser, default: str, *aliases: s
     """``--output DIR``: the folder this command writes (never an existing results folder)."""
     parser.add_argument("--output", *aliases, type=Path, default=None, metavar="DIR",
                         help=f"output folder (default: {default})")
+
+
+def looks_like_run_id(text: str) -> bool:
+    """Whether ``text`` is spelled as an MLflow run id (32 hexadecimal digits)."""
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text.lower())

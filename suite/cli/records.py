@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
 import suite.cli.options as options
-from suite.analysis.compare import rows_from_results, speedups
+from suite.analysis.compare import ResultSet, label_sets, rows_from_results, speedups
 from suite.analysis.plots import plot
 from suite.analysis.published import load_reference, measured_table, reference_table
 from suite.cli.display import stamp, wide_console
+from suite.cli.options import looks_like_run_id
 from suite.cli.tables import print_compare_table
 from suite.errors import SuiteError
 from suite.results.record import dataset_warning, differing_datasets
@@ -35,8 +37,9 @@ def _add_compare_parser(sub: Any) -> None:
                     "the speed-up over a baseline, and write PNG plots (throughput, host RAM and device memory vs "
                     "dataloader_num_workers). With --reference, also the published ratios beside the measured "
                     "ones. Nothing is written into MLflow unless --log-plots is given.")
-    compare.add_argument("results", nargs="?", default=None,
-                         help="results folder or MLflow matrix run id (or use --experiment / --filter)")
+    compare.add_argument("results", nargs="*", default=[], metavar="RESULTS",
+                         help="results folders and MLflow matrix run ids, any number: each set's rows are labelled "
+                              "with its name and what tells the sets apart (or use --experiment / --filter)")
     compare.add_argument("--experiment", default=None, help="all configuration runs of this MLflow experiment")
     compare.add_argument("--filter", dest="filter_string", default=None,
                          help="MLflow search filter on configuration runs, e.g. \"params.device = 'cpu'\"")
@@ -170,30 +173,45 @@ def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _compare_rows(args: argparse.Namespace, gateway: Any) -> list[Any]:
-    """The rows ``suite compare`` was asked for: a results folder's, or MLflow's (a run, an experiment, a filter)."""
-    from suite.tracking.reading import rows_from_mlflow
+    """The rows ``suite compare`` was asked for: of each results folder and MLflow matrix run named (labelled by set
+    where there are several), or of an MLflow experiment or filter."""
+    from suite.tracking.reading import matrix_run_set, rows_from_mlflow
 
-    rows: list[Any] = []
-    if args.results and Path(args.results).is_dir():
-        results = ResultsStore(args.results).results()
-        if not results:
-            raise SuiteError(f"{Path(args.results) / 'results.json'} lists no runs: nothing to compare")
-        rows = rows_from_results(results)
-        changed = dataset_warning(differing_datasets(results))
-        if changed:
-            print(f"suite: warning: {visible(changed)}", file=sys.stderr)
-        if not rows:
-            raise SuiteError(f"no configuration of {args.results} finished: nothing to compare")
-    elif args.results or args.experiment or args.filter_string:
-        if args.results and ("/" in args.results or args.results.endswith(".json")):
-            raise SuiteError(f"no such results folder: {args.results}")
-        rows = rows_from_mlflow(gateway, run_id=args.results, experiment=args.experiment,
-                                filter_string=args.filter_string)
+    sets = []
+    for target in args.results:
+        if Path(target).is_dir():
+            sets.append(_folder_set(Path(target)))
+        elif looks_like_run_id(target):
+            sets.append(matrix_run_set(gateway, target))
+        else:
+            raise SuiteError(f"no such results folder: {target} (nor an MLflow run id: 32 hexadecimal digits)")
+    if args.experiment or args.filter_string:
+        rows = rows_from_mlflow(gateway, experiment=args.experiment, filter_string=args.filter_string)
         if not rows:
             raise SuiteError("no finished configuration matches: nothing to compare")
-    elif not args.reference:
-        raise SuiteError("give RESULTS (a results folder or MLflow run id), --experiment, --filter or --reference")
-    return rows
+        sets.append(ResultSet(args.experiment or "filter", {}, rows))
+    if not sets and not args.reference:
+        raise SuiteError("give RESULTS (results folders or MLflow run ids), --experiment, --filter or --reference")
+    return label_sets(sets)
+
+
+def _folder_set(folder: Path) -> ResultSet:
+    """A results folder's rows (its runs' datasets compared: a file replaced mid-matrix is said), named by the
+    folder, with when it started, on which host and at which commit."""
+    store = ResultsStore(folder)
+    results = store.results()
+    if not results:
+        raise SuiteError(f"{folder / 'results.json'} lists no runs: nothing to compare")
+    changed = dataset_warning(differing_datasets(results))
+    if changed:
+        print(f"suite: warning: {visible(changed)}", file=sys.stderr)
+    rows = rows_from_results(results)
+    if not rows:
+        raise SuiteError(f"no configuration of {folder} finished: nothing to compare")
+    matrix = store.matrix()
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime(matrix.started_at))
+    return ResultSet(folder.name or str(folder), {"started": started, "host": matrix.host,
+                                                  "commit": matrix.tags.get("git_commit", "")[:10]}, rows)
 
 
 def _plots(args: argparse.Namespace, rows: list[Any], gateway: Any) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any, Sequence
 
+from suite.analysis.bottleneck import explanations
 from suite.analysis.scoring import ConfigScore
-from suite.cli.display import MiB, wide_console
+from suite.cli.display import MiB, narrow, say, wide_console, wrapped
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.results.record import FINISHED, RunResult
 from suite.text import visible
@@ -28,6 +29,9 @@ def print_results_table(results: Sequence[RunResult]) -> None:
     """One row per run: the headline metrics, or the failure reason."""
     from rich.table import Table
 
+    if narrow():
+        _print_results_blocks(results)
+        return
     table = Table(title="results")
     table.add_column("configuration", no_wrap=True)
     table.add_column("status", overflow="fold", max_width=60)
@@ -44,13 +48,41 @@ def print_results_table(results: Sequence[RunResult]) -> None:
         else:
             table.add_row(_plain(label), _plain(f"{result.status}: {result.reason}"), *["-"] * 7)
     wide_console().print(table)
+    _print_results_notes(results)
+
+
+def _print_results_blocks(results: Sequence[RunResult]) -> None:
+    """The results table for a narrow terminal: per run, its configuration, then its figures, wrapped."""
+    say("results")
+    for result in results:
+        label = visible(result.config.describe()) + (f" #{result.repeat}" if result.repeat else "")
+        m = result.metrics
+        if result.status != FINISHED:
+            say(f"  {label}: {result.status}: {visible(result.reason)}")
+            continue
+        say(f"  {label}:\n    {_fmt(m, 'throughput_samples_per_s', pattern='{:.1f}')} samples/s, "
+            f"p50 {_fmt(m, 'step_time_p50_s', 1000)} ms, p99 {_fmt(m, 'step_time_p99_s', 1000)} ms, "
+            f"data-wait {_fmt(m, 'data_wait_fraction', pattern='{:.0%}')}, device peak "
+            f"{_fmt(m, 'device_peak_memory_bytes', 1 / MiB)} MiB, host PSS "
+            f"{_fmt(m, 'host_ram_peak_pss_bytes', 1 / MiB)} MiB, RSS {_fmt(m, 'host_ram_peak_rss_bytes', 1 / MiB)} MiB")
+    _print_results_notes(results)
+
+
+def _print_results_notes(results: Sequence[RunResult]) -> None:
     if any(r.config.device == "cpu" for r in results):
-        print(DEVICE_MEMORY_NOTE)
+        say(DEVICE_MEMORY_NOTE)
+    finished = [r for r in results if r.status == FINISHED]
+    said = [(r, text) for r, text in zip(finished, explanations([(r.config, r.metrics) for r in finished]),
+                                         strict=True) if text]
+    if said:
+        say("what bounded each configuration (cores used in its measured window):")
+        for result, text in said:
+            print(wrapped(f"{visible(result.config.describe())}: {text}", indent="  "))
     busy = [r for r in results if r.status == FINISHED and (r.facts.get("contention") or {}).get("contended")]
     if busy:
         shares = ", ".join(f"{_plain(r.config.describe())} (others used "
                            f"{r.facts['contention'].get('others_share', 0):.0%} of the cores)" for r in busy)
-        print(f"suite: warning: measured while other work used the machine: {visible(shares)}. Those figures are "
+        say(f"suite: warning: measured while other work used the machine: {visible(shares)}. Those figures are "
               "not the machine's, and an audit gives them no verdict: measure again on a quiet machine, or with "
               "--repeats N to see the spread.", file=sys.stderr)
 

@@ -5,6 +5,12 @@ machine's. Over the window this reads (psutil): the CPU seconds the whole machin
 the training process and its descendants (loader workers), the steal time, and the load average; the difference is
 what everything else used. A window is *contended* when others used more than :data:`OTHERS_SHARE_LIMIT` of the
 machine's cores or steal exceeded :data:`STEAL_SHARE_LIMIT`, rules written here once and recorded with the figures.
+
+The same readings say where the cores went (:meth:`Contention.metrics`): mean cores used over the window by the
+training process (its own threads: the step, intra-op threads, decoder threads), by its loader workers (every
+process below it, those that ended during the window included), by everything else, and the cores this process may
+run on. Under torchrun the training processes are the launcher's children (the ranks) and the loader workers
+theirs.
 """
 
 from __future__ import annotations
@@ -34,15 +40,35 @@ def _busy_seconds(times: object) -> float:
     return total - idle
 
 
-def _tree_cpu_seconds(root: psutil.Process) -> float:
-    seconds = 0.0
+def _tree_cpu_seconds(root: psutil.Process, trainers_are_children: bool) -> tuple[float, float]:
+    """CPU seconds so far of the training processes (``root``, or under torchrun its children) and of the loader
+    workers below them, ended ones included (their times are added to the parent that waited for them)."""
+    trainer = workers = 0.0
+    try:
+        top = root.children() if trainers_are_children else [root]
+    except psutil.Error:
+        top = [root]
+    trainers = {p.pid for p in top}
     for proc in [root, *root.children(recursive=True)]:
         try:
             times = proc.cpu_times()
         except psutil.Error:
             continue
-        seconds += times.user + times.system
-    return seconds
+        own = times.user + times.system
+        if proc.pid in trainers:
+            trainer += own
+            workers += times.children_user + times.children_system  # loader workers that ended, waited for
+        elif proc.pid != root.pid:
+            workers += own
+    return trainer, workers
+
+
+def cores_available() -> int:
+    """The cores this process may run on (its CPU affinity), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return psutil.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -53,6 +79,9 @@ class Contention:
     own_cpu_s: float
     steal_s: float
     load_average_1m: float | None
+    trainer_cpu_s: float = 0.0
+    workers_cpu_s: float = 0.0
+    cores_available: int = 0
 
     @property
     def others_share(self) -> float:
@@ -68,6 +97,11 @@ class Contention:
 
     def metrics(self) -> dict[str, float]:
         figures = {"contention_others_cpu_share": self.others_share, "contention_steal_share": self.steal_share}
+        if self.window_s > 0:  # where the cores went: mean cores used over the window
+            figures.update(host_cpu_cores_trainer=self.trainer_cpu_s / self.window_s,
+                           host_cpu_cores_loader_workers=self.workers_cpu_s / self.window_s,
+                           host_cpu_cores_other=self.others_cpu_s / self.window_s,
+                           host_cores_available=float(self.cores_available or self.cores))
         if self.load_average_1m is not None:
             figures["load_average_1m"] = self.load_average_1m
         return figures
@@ -84,11 +118,13 @@ class ContentionMeter:
 
     def __init__(self, pid: int | None = None) -> None:
         self._root = psutil.Process(pid or os.getpid())
-        self._start: tuple[float, float, float, float] | None = None
+        self._trainers_are_children = pid is not None and pid != os.getpid()  # the torchrun launcher
+        self._start: tuple[float, float, float, float, float] | None = None
 
-    def _read(self) -> tuple[float, float, float, float]:
+    def _read(self) -> tuple[float, float, float, float, float]:
         times = psutil.cpu_times()
-        return time.monotonic(), _busy_seconds(times), _tree_cpu_seconds(self._root), getattr(times, "steal", 0.0)
+        trainer, workers = _tree_cpu_seconds(self._root, self._trainers_are_children)
+        return time.monotonic(), _busy_seconds(times), trainer, workers, getattr(times, "steal", 0.0)
 
     def start(self) -> None:
         self._start = self._read()
@@ -96,13 +132,15 @@ class ContentionMeter:
     def stop(self) -> Contention | None:
         if self._start is None:
             return None
-        wall0, busy0, own0, steal0 = self._start
-        wall1, busy1, own1, steal1 = self._read()
-        own = max(0.0, own1 - own0)
+        wall0, busy0, trainer0, workers0, steal0 = self._start
+        wall1, busy1, trainer1, workers1, steal1 = self._read()
+        trainer, workers = max(0.0, trainer1 - trainer0), max(0.0, workers1 - workers0)
+        own = trainer + workers
         try:
             load = os.getloadavg()[0]
         except OSError:
             load = None
         return Contention(window_s=wall1 - wall0, cores=psutil.cpu_count() or 1,
                           others_cpu_s=max(0.0, (busy1 - busy0) - own), own_cpu_s=own,
-                          steal_s=max(0.0, steal1 - steal0), load_average_1m=load)
+                          steal_s=max(0.0, steal1 - steal0), load_average_1m=load, trainer_cpu_s=trainer,
+                          workers_cpu_s=workers, cores_available=cores_available())

@@ -12,6 +12,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from suite.analysis.bottleneck import CORE_BOUND, INPUT_BOUND, explanations
 from suite.analysis.compare import THROUGHPUT, Row
 from suite.analysis.published import Alignment
 from suite.config import param_text
@@ -159,6 +160,7 @@ def sections(content: ReportContent) -> list[Section]:
            Section("Throughput by device, loader workers and loader",
                    ["Speed-up: over workers=0 with loader=cpu and every other axis equal (the blog's baseline)."],
                    [results_table(content)], [throughput]),
+           *_bounded_section(rows),
            Section("Memory", [], [], [memory_bars(rows, lambda r: _group(r, rows))])]
     if content.unfinished:
         out.append(Section("Configurations that did not finish", list(content.unfinished)))
@@ -176,6 +178,20 @@ def sections(content: ReportContent) -> list[Section]:
     out.append(Section("Provenance", ["To reproduce (same commit and versions):"], [provenance],
                        code=content.command))
     return out
+
+
+def _bounded_section(rows: Sequence[Row]) -> list[Section]:
+    """One sentence per configuration on what bounded it (:mod:`suite.analysis.bottleneck`), where the runs
+    recorded where the cores went."""
+    said = [f"{row.label}: {text}" for row, text in zip(rows, explanations([(r.config, r.metrics) for r in rows]),
+                                                         strict=True) if text]
+    if not said:
+        return []
+    rule = (f"Mean cores used in each configuration's measured window by the training process, its loader workers and "
+            f"everything else, out of the cores it could run on. Input-bound: it waited for batches more than "
+            f"{INPUT_BOUND:.0%} of the time; core-bound: more than {CORE_BOUND:.0%} of the cores were busy; the step's "
+            "compute is compared with the same configuration at workers=0.")
+    return [Section("What bounded each configuration", [rule, *said])]
 
 
 # --- HTML ---------------------------------------------------------------------------------------------

@@ -208,8 +208,12 @@ class MlflowGateway:
         return found[0] if found else None
 
     def download_artifact(self, run_id: str, path: str, destination: Path) -> Path | None:
-        """One artifact of a run into ``destination``; ``None`` when the run has no such artifact."""
+        """One artifact of a run into ``destination``; ``None`` when the run has no such artifact. MLflow's
+        "Downloading artifacts" bar is switched off: the suite's own output says what it reads."""
+        from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
+
         destination.mkdir(parents=True, exist_ok=True)
+        os.environ[MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.name] = "false"
         try:
             return Path(self.client.download_artifacts(run_id, path, str(destination)))
         except Exception:  # noqa: BLE001 - absent artifact (MlflowException, OSError)

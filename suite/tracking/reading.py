@@ -5,11 +5,12 @@ suite's runs are tagged, besides the recorder that tags them."""
 from __future__ import annotations
 
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from suite.analysis.compare import THROUGHPUT, Row, RowGroup, rows_of
+from suite.analysis.compare import THROUGHPUT, ResultSet, Row, RowGroup, rows_of
 from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.results.files import read_json, read_results_file, read_scores_file, validate_result
@@ -138,3 +139,16 @@ def matrix_run_view(gateway: Any, run_id: str) -> MatrixRunView:
                 checks.append((subject, name, verdict, detail))
     return MatrixRunView(rows, matrix.info.status, matrix.data.tags.get("failure_reason"), dict(matrix.data.tags),
                          matrix.data.tags.get(tags.COMMAND, ""), manifest, checks)
+
+
+def matrix_run_set(gateway: Any, run_id: str) -> ResultSet:
+    """A matrix run's rows as one result set of a comparison, named by the run, with when it started, on which host
+    and at which commit (its tags)."""
+    rows = rows_from_mlflow(gateway, run_id=run_id)
+    if not rows:
+        raise SuiteError(f"no configuration of MLflow run {run_id} finished: nothing to compare")
+    run = gateway.get_run(run_id)
+    run_tags = run.data.tags
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime(run.info.start_time / 1000))
+    return ResultSet(run.info.run_name or run_id[:8], {"started": started, "host": run_tags.get("host.hostname", ""),
+                                                       "commit": run_tags.get("git_commit", "")[:10]}, rows)

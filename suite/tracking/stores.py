@@ -3,8 +3,11 @@ server that is reachable), SQLite stores created, and run folders refused when t
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from pathlib import Path
+from typing import Iterator
 
 from suite.errors import SuiteError
 
@@ -149,8 +152,22 @@ def _initialise_sqlite(uri: str, database: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     database.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(database) + ".lock", timeout=120):
+    with FileLock(str(database) + ".lock", timeout=120), _quiet("mlflow.store.db.utils", "alembic"):
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates or migrates the tables
         with sqlite3.connect(database, timeout=60) as connection:
             if connection.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 connection.execute("PRAGMA journal_mode=WAL")
+
+
+@contextlib.contextmanager
+def _quiet(*loggers: str) -> Iterator[None]:
+    """The INFO lines of these loggers left out meanwhile (a new store's "Creating initial MLflow database tables",
+    alembic's migrations: the suite says what it creates); warnings and errors still show."""
+    saved = {name: logging.getLogger(name).level for name in loggers}
+    for name in loggers:
+        logging.getLogger(name).setLevel(max(saved[name], logging.WARNING))
+    try:
+        yield
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)

@@ -1,0 +1,54 @@
+"""Issue 29: what a user sees. An 80-column terminal gets no line longer than 80 characters; every finished
+configuration records where the cores went in its measured window, and the terminal and the report say in one
+sentence what bounded it."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from suite.analysis.bottleneck import CORE_BOUND, explain
+
+from conftest import runs_of
+
+pytestmark = pytest.mark.mechanics
+CORES = ("host_cpu_cores_trainer", "host_cpu_cores_loader_workers", "host_cpu_cores_other", "host_cores_available")
+
+
+def test_an_80_column_terminal_gets_no_longer_line_and_every_configuration_its_cores_and_sentence(tmp_path):
+    env = {**os.environ, "COLUMNS": "80", "SUITE_REPORT": "1"}
+    done = subprocess.run([sys.executable, "-m", "suite", "run", "--workers", "0,2", "--steps", "3", "--no-progress",
+                           "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = (done.stdout + done.stderr).splitlines()
+    assert [line for line in lines if len(line) > 80] == []
+    assert "what bounded each configuration" in done.stdout
+    said = " ".join(done.stdout.split())  # the sentences, unwrapped
+    runs = runs_of(tmp_path / "out")
+    for run in runs:
+        metrics = run["metrics"]
+        assert all(name in metrics for name in CORES), sorted(metrics)
+        assert metrics["host_cores_available"] >= 1
+        assert 0 < metrics["host_cpu_cores_trainer"] <= metrics["host_cores_available"] + 0.5
+        assert (metrics["host_cpu_cores_loader_workers"] > 0) == (run["config"]["num_workers"] > 0)
+        assert f"{metrics['host_cores_available']:g} core" in said
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "What bounded each configuration" in report and report.count(": 2 core") + report.count(": 1 core") >= 2
+
+
+def test_the_sentence_names_what_bounded_a_configuration():
+    base = {"host_cores_available": 2.0, "host_cpu_cores_other": 0.0, "measured_wall_s": 10.0, "measured_steps": 10}
+    waiting = {**base, "host_cpu_cores_trainer": 1.0, "host_cpu_cores_loader_workers": 0.0, "data_wait_fraction": 0.4}
+    assert "the input pipeline bounded it, with cores to spare" in explain(0, waiting)
+    busy = {**base, "host_cpu_cores_trainer": 1.2, "host_cpu_cores_loader_workers": 0.8, "data_wait_fraction": 0.02,
+            "measured_wall_s": 13.0}
+    sentence = explain(2, busy, baseline={**waiting, "data_wait_fraction": 0.0})
+    assert sentence.startswith("2 cores: the trainer used 1.2, the 2 workers 0.8;")
+    assert "every core was busy: the cores bounded it" in sentence
+    assert "the step's compute rose 27% against workers=0 (the workers took cores from it)" in sentence
+    idle = {**base, "host_cpu_cores_trainer": 1.0, "host_cpu_cores_loader_workers": 0.1, "data_wait_fraction": 0.0}
+    assert (1.1 / 2) < CORE_BOUND and "the training step's own compute bounded it" in explain(1, idle)
+    assert explain(0, {"data_wait_fraction": 0.5}) is None  # no core figures recorded: nothing said
