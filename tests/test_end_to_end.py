@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -49,6 +50,10 @@ def test_mlflow_reads_at_a_glance(matrix_run):
         assert f"-nw{child.info.run_name.split('=')[1]}-" in config_id
         assert config_id in child.data.tags["mlflow.note.content"] and "samples/s" in child.data.tags[
             "mlflow.note.content"]
+        # issue 29: a run's page shows its description and a few tags, not ~100 facts.* tags; the facts are one file
+        assert len(child.data.tags) <= 25, sorted(child.data.tags)
+        facts = json.loads(Path(client.download_artifacts(child.info.run_id, "facts.json", str(tmp))).read_text())
+        assert facts["device"]["device_name"] and "workload" in facts and "contention" in facts
     best = max(results, key=lambda r: r["metrics"]["throughput_samples_per_s"])
     m = parent.data.metrics
     assert m["summary/best_throughput_samples_per_s"] == pytest.approx(best["metrics"]["throughput_samples_per_s"])

@@ -135,6 +135,35 @@ def test_compare_of_a_name_that_is_neither_a_folder_nor_a_run_id_says_so(tmp_pat
     assert "no such results folder: nosuchdir (nor an MLflow run id" in capsys.readouterr().err
 
 
+def test_export_writes_one_row_per_run_of_folders_and_experiments_that_pandas_reads_back(tmp_path, capsys):
+    """Issue 29, point 8: `suite export` over two folders and an MLflow experiment: CSV and Parquet, one row per
+    configuration run (repeats each their own), configuration axes, metrics and facts as columns."""
+    import pandas as pd
+
+    a = _store_with(tmp_path, [_result(dataclasses.replace(BASE, num_workers=n), 10.0 + n) for n in (0, 2)], "A")
+    runs_b = [_result(dataclasses.replace(BASE, num_workers=1), 5.0, repeat=i) for i in range(3)]
+    for run in runs_b:
+        run.facts["contention"] = {"contended": False, "others_share": 0.01}
+    b = _store_with(tmp_path, [*runs_b, _result(BASE, status=FAILED)], "B")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["upload", str(a), "--tracking-uri", uri]) == 0
+    assert main(["export", str(a), str(b), "--experiment", "bridgetower", "--tracking-uri", uri,
+                 "--output", str(tmp_path / "x")]) == 0
+    assert "8 run(s)" in capsys.readouterr().out
+    for table in (pd.read_csv(tmp_path / "x" / "runs.csv"), pd.read_parquet(tmp_path / "x" / "runs.parquet")):
+        assert len(table) == 8 and list(table.columns[:5]) == ["source", "run_uid", "mlflow_run_id", "config_id",
+                                                                "status"]
+        assert sorted(table["config.num_workers"].tolist()) == [0, 0, 0, 1, 1, 1, 2, 2]
+        assert (table["status"] == "FINISHED").sum() == 7
+        from_b = table[table["source"] == str(b)]
+        assert sorted(from_b["repeat"].tolist()) == [0, 0, 1, 2]
+        assert from_b["facts.contention.others_share"].dropna().tolist() == [0.01] * 3
+        from_mlflow = table[table["source"] == "mlflow:bridgetower"]
+        assert sorted(from_mlflow["throughput_samples_per_s"].tolist()) == [10.0, 12.0]
+        assert set(from_mlflow["config_id"]) == set(table[table["source"] == str(a)]["config_id"])
+    assert main(["export"]) == 2
+
+
 def test_repeats_of_a_suffixed_configuration_are_scored_not_shown_raw(tmp_path, capsys):
     config = dataclasses.replace(BASE, num_workers=2, prefetch_factor=4)
     runs = [_result(config, v, repeat=i) for i, v in enumerate((10.0, 20.0, 100.0))]

@@ -18,8 +18,13 @@ def summary_line(result: RunResult) -> str:
     if result.recorded_elsewhere:
         return f"  {label}: ran its share on this node; {result.facts.get('recorded_by')} recorded it"
     m = result.metrics
-    parts = [f"{m['throughput_samples_per_s']:.1f} samples/s", f"p50 {m['step_time_p50_s'] * 1000:.0f} ms",
-             f"data-wait {m['data_wait_fraction']:.0%}"]
+    parts = []  # what the run recorded of its headline figures
+    if "throughput_samples_per_s" in m:
+        parts.append(f"{m['throughput_samples_per_s']:.1f} samples/s")
+    if "step_time_p50_s" in m:
+        parts.append(f"p50 {m['step_time_p50_s'] * 1000:.0f} ms")
+    if "data_wait_fraction" in m:
+        parts.append(f"data-wait {m['data_wait_fraction']:.0%}")
     if "host_ram_peak_pss_bytes" in m:
         parts.append(f"host PSS {m['host_ram_peak_pss_bytes'] / MiB:.0f} MiB")
     if "host_ram_peak_rss_bytes" in m:

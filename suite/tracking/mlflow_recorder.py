@@ -38,19 +38,11 @@ EXPERIMENT_NOTE = (
 
 #: Facts logged as metric histories (per step), not as tags.
 HISTORIES = ("step_times_s", "data_wait_s", "evaluations")
-#: Facts logged as one JSON artifact each instead of a tag per entry (``<name>.json``).
+#: Every fact of a configuration run (but its histories and the JSON artifacts below), as one artifact: a run's page
+#: shows its description and a few tags first, not a hundred.
+FACTS_ARTIFACT = "facts.json"
+#: Facts logged as one JSON artifact each (``<name>.json``).
 JSON_ARTIFACTS = ("accelerator_environment",)
-
-
-def _flatten(prefix: str, data: dict[str, Any]) -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict):
-            flat.update(_flatten(name, value))
-        else:
-            flat[name] = value
-    return flat
 
 
 def _run_note(config: RunConfig, result: RunResult) -> str:
@@ -113,8 +105,11 @@ class MlflowRecorder(Recorder):
             {**info.params, "repeats": info.repeats})
 
     def _child(self, name: str, parent: str | None, tags: dict[str, str], config: RunConfig) -> str:
+        """A configuration or repeat run: the matrix's identity tags (host, versions and commit are on the matrix
+        run), its own, and the configuration as params."""
         assert self.experiment_id is not None
-        return self.gateway.create_run(self.experiment_id, name, {**self._common_tags, **tags}, config.as_params(),
+        identity = {k: v for k, v in self._common_tags.items() if k.startswith("suite.")}
+        return self.gateway.create_run(self.experiment_id, name, {**identity, **tags}, config.as_params(),
                                        parent_run_id=parent)
 
     def plan(self, configs: Sequence[RunConfig]) -> None:
@@ -176,7 +171,7 @@ class MlflowRecorder(Recorder):
         for evaluation in result.facts.get("evaluations") or []:  # quality over the run, at its step
             metrics += [(k, float(v), start_ms, int(evaluation["step"])) for k, v in evaluation.items()
                         if k.startswith("eval_") and k != "eval_time_s"]
-        tags = _flatten("facts", {k: v for k, v in result.facts.items() if k not in HISTORIES + JSON_ARTIFACTS})
+        tags: dict[str, Any] = {}  # a few to filter by; every fact is in facts.json
         device_name = (result.facts.get("device") or {}).get("device_name")
         if device_name:
             tags["device_name"] = device_name
@@ -187,6 +182,8 @@ class MlflowRecorder(Recorder):
         run_params = {f"run.{k}": v for k, v in (result.facts.get("run_params") or {}).items()}
         tags[tags_.RUN_NOTE] = _run_note(config, result)
         self.gateway.log(run_id, metrics=mlflow_metrics(metrics), params=run_params, tags=tags)
+        self.gateway.log_json(run_id, {k: v for k, v in result.facts.items() if k not in HISTORIES + JSON_ARTIFACTS},
+                              FACTS_ARTIFACT)
         for name in JSON_ARTIFACTS:
             if name in result.facts:
                 self.gateway.log_json(run_id, result.facts[name], f"{name}.json")

@@ -152,3 +152,30 @@ def matrix_run_set(gateway: Any, run_id: str) -> ResultSet:
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime(run.info.start_time / 1000))
     return ResultSet(run.info.run_name or run_id[:8], {"started": started, "host": run_tags.get("host.hostname", ""),
                                                        "commit": run_tags.get("git_commit", "")[:10]}, rows)
+
+
+def run_rows(gateway: Any, experiment: str) -> list[dict[str, Any]]:
+    """Every configuration run (each repeat its own) of an MLflow experiment as a row of ``suite export``: its
+    configuration from its params, its metrics' last values, its status, and its facts from ``facts.json``."""
+    from suite.analysis.export import flatten
+
+    experiment_id = gateway.experiment_id(experiment, create=False)
+    if experiment_id is None:
+        raise SuiteError(f"no MLflow experiment {experiment!r} at {gateway.tracking_uri}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="suite-export-") as scratch:
+        for run in gateway.search_runs([experiment_id], f"tags.`{tags.ROLE}` != 'matrix' and "
+                                                        f"tags.`{tags.ROLE}` != 'audit'"):
+            run_tags = run.data.tags
+            if tags.RUN_UID not in run_tags:  # a configuration run holding the score of its repeats
+                continue
+            config = RunConfig.from_params(run.data.params)
+            path = gateway.download_artifact(run.info.run_id, "facts.json", Path(scratch) / run.info.run_id)
+            facts = read_json(path) if path is not None else {}
+            rows.append({"source": f"mlflow:{experiment}", "run_uid": run_tags.get(tags.RUN_UID),
+                         "mlflow_run_id": run.info.run_id, "config_id": config.config_id,
+                         "status": run_tags.get(tags.STATUS, run.info.status), "reason": run_tags.get("failure_reason"),
+                         "repeat": int(run_tags.get(tags.REPEAT, 0) or 0), "started_at": run.info.start_time / 1000,
+                         "ended_at": (run.info.end_time or 0) / 1000 or None, **flatten("config", config.to_dict()),
+                         **suite_metrics(run.data.metrics), **flatten("facts", facts)})
+    return rows
