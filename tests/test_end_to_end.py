@@ -66,6 +66,9 @@ def test_mlflow_reads_at_a_glance(matrix_run):
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {"report/report.html", "report/report.md", "report/report-throughput.png"} <= artifacts
     assert (tmp / "out" / "report.html").is_file() and (tmp / "out" / "report.md").is_file()
+    # issue 29: the matrix run lasts as long as the matrix (its wall time, from the runner's start)
+    timing = json.loads((tmp / "out" / "matrix.json").read_text())["timing"]
+    assert (parent.info.end_time - parent.info.start_time) / 1000 == pytest.approx(timing["matrix_wall_s"], abs=0.01)
 
 
 def test_every_configuration_finished_into_results_json(matrix_run):
@@ -480,3 +483,19 @@ def test_two_ranks_with_gloo_record_one_aggregated_run(tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("bridgetower").experiment_id],
                               filter_string="tags.`suite.role` = 'configuration'")
     assert len(runs) == 1 and runs[0].data.params["nproc_per_node"] == "2"
+
+
+def test_the_dry_run_of_a_matrix_run_before_estimates_its_wall_time_and_says_the_basis(matrix_run, capsys):
+    """Issue 29, point 9: the estimate adds what the earlier matrix spent around its configurations (it said 16 s
+    for a 24.5 s matrix), and says what it is based on."""
+    _, _, _, tmp = matrix_run
+    capsys.readouterr()
+    assert main(["run", "--workers", "0,2", "--steps", str(STEPS), "--warmup-steps", str(WARMUP), "--dry-run",
+                 "--tracking-uri", f"sqlite:///{tmp}/mlflow.db"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("estimated duration"))
+    assert "median durations in 2 earlier run(s)" in line and "the median over 1 earlier matrix in this store" in line
+    wall = json.loads((tmp / "out" / "matrix.json").read_text())["timing"]["matrix_wall_s"]
+    estimated = line.split("about ", 1)[1].split(":", 1)[0]
+    seconds = sum(int(n) * (60 if unit == "min" else 1) for n, unit in zip(estimated.split()[::2],
+                                                                          estimated.split()[1::2], strict=True))
+    assert abs(seconds - wall) <= 1.5, (line, wall)

@@ -336,3 +336,29 @@ def test_runs_that_read_different_data_are_flagged_in_compare_and_the_report(tmp
     content = from_folder(tmp_path / "out", None)
     files = write_report(content, tmp_path / "report")
     assert "the dataset changed during the matrix" in files.markdown.read_text()
+
+
+def test_the_report_says_what_was_measured_and_when_quality_is_at_chance_level(tmp_path):
+    """Issue 29, point 6: the measured shape beside the published one, a word on eval_accuracy at chance level,
+    fingerprints as text, ticks that say the worker count (and the loader where two share one), labels above the
+    intervals."""
+    from suite.report.charts import Bar, grouped_bars, worker_ticks
+    from suite.report.content import fingerprint_text, from_folder
+    from suite.report.render import chance_note, measured_shape
+
+    content = from_folder(_folder(tmp_path), "bridgetower_hf_blog_2023")
+    rows = content.rows
+    assert measured_shape(rows) == "Measured here: preset tiny, batch 8 per device, 1 device(s) per configuration."
+    assert chance_note(rows) == []  # no eval_samples recorded: no claim about chance
+    near_chance = [dataclasses.replace(r, metrics={**r.metrics, "eval_samples": 51.0, "eval_accuracy": 0.0196})
+                   for r in rows]
+    [note] = chance_note(near_chance)
+    assert "chance level (1/N = 0.020" in note
+    trained = [dataclasses.replace(r, metrics={**r.metrics, "eval_samples": 51.0, "eval_accuracy": 0.3}) for r in rows]
+    assert chance_note(trained) == []
+    assert fingerprint_text({"method": "sha256 of files", "sha256": "ab12", "skipped": None}) == \
+        "method sha256 of files, sha256 ab12"
+    both = [Bar("gaudi2", "cpu", 0, 8.0), Bar("gaudi2", "cpu", 2, 10.0, 9.0, 14.0), Bar("gaudi2", "device", 2, 12.0)]
+    assert worker_ticks(both) == ["0\ncpu", "2\ncpu", "2\ndevice"]
+    assert worker_ticks(both[:2]) == ["0", "2"]
+    assert grouped_bars("t", "t", both, "samples/s").png  # drawn

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import suite.cli.options as options
-from suite.cli.display import wide_console
+from suite.cli.display import say, wide_console
 from suite.cli.matrix_run import spec_from_args
 from suite.errors import SuiteError
 from suite.fileio import write_json_atomic
@@ -94,13 +94,16 @@ def cmd_bench_loader(args: argparse.Namespace, argv: Sequence[str]) -> int:
         table.add_column(column, justify="left" if column == "pipeline" else "right")
     reference = figures["pipelines"]["reference"]["end_to_end_batches_per_s"]
     for name, row in figures["pipelines"].items():
-        table.add_row(name, f"{row['images_per_s_per_worker']:.0f}", f"{row['end_to_end_images_per_s']:.0f}",
+        loader = row.get("loader")
+        table.add_row(f"{name} (loader {loader})" if loader else f"{name} (no loader: compared only)",
+                      f"{row['images_per_s_per_worker']:.0f}", f"{row['end_to_end_images_per_s']:.0f}",
                       f"{row['end_to_end_batches_per_s']:.2f}", f"{row['end_to_end_batches_per_s'] / reference:.2f}x")
     wide_console().print(table)
     fidelity = figures["fidelity"]
-    print(f"closed: max deviation from the reference {fidelity['closed_max_abs_error']:.2g} after normalization "
-          f"({'within' if fidelity['closed_within_tolerance'] else 'NOT within'} 1/255); "
-          f"open: PSNR {figures['open_psnr_db']:.1f} dB against the reference")
+    say(f"closed (loader cpu-fast): max deviation from the reference (loader cpu) "
+        f"{fidelity['closed_max_abs_error']:.2g} after normalization "
+        f"({'within' if fidelity['closed_within_tolerance'] else 'NOT within'} 1/255); open (lossy, no loader runs "
+        f"it): PSNR {figures['open_psnr_db']:.1f} dB against the reference")
     training = figures.get("training")
     if training:
         print(f"training ({training['steps']} steps, tiny preset): eval_accuracy closed "

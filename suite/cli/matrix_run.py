@@ -108,7 +108,7 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
     try:
         tracking_uri = args.tracking_uri or default_tracking_uri()
         check_reachable(tracking_uri)
-        store = _create_store(spec, workload_cls, resolved, args, argv, kind, tracking_uri, memory_limit)
+        store = _create_store(spec, workload_cls, resolved, args, argv, kind, tracking_uri, memory_limit, started_at)
     except BaseException:
         for process in first:
             process.cancel()
@@ -145,8 +145,10 @@ def refuse_unavailable_devices(devices: Sequence[str]) -> None:
 
 
 def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunConfig], args: argparse.Namespace,
-                  argv: Sequence[str], kind: str, tracking_uri: str, memory_limit: float | None) -> Any:
-    """The workload's check of its inputs, then the new results folder with the matrix's facts (locked)."""
+                  argv: Sequence[str], kind: str, tracking_uri: str, memory_limit: float | None,
+                  started_at: float) -> Any:
+    """The workload's check of its inputs, then the new results folder with the matrix's facts (locked); the matrix
+    began at ``started_at`` (the process's start: its wall time counts from there)."""
 
     prepared = dict(workload_cls.prepare(resolved[0]))
     for warning in prepared.pop("warnings", []):
@@ -169,7 +171,8 @@ def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunCon
                       memory_limit_bytes=int(memory_limit * 2**30) if memory_limit else None,
                       experiment=args.experiment, tags=tags, params={k: param_text(v) for k, v in params.items()},
                       tracking_uri=normalize_uri(tracking_uri), matrix_id=getattr(args, "matrix_id", None),
-                      shard="{}/{}".format(*args.shard) if getattr(args, "shard", None) else None)
+                      shard="{}/{}".format(*args.shard) if getattr(args, "shard", None) else None,
+                      started_at=started_at)
     return ResultsStore.create(output, info)
 
 
@@ -208,8 +211,9 @@ def _history(tracking_uri: str, configs: Sequence[RunConfig], repeats: int) -> A
     from suite.tracking.mlflow_gateway import MlflowGateway
 
     try:
-        return estimate(configs, MlflowGateway(tracking_uri).finished_durations([c.config_id for c in configs]),
-                        repeats)
+        gateway = MlflowGateway(tracking_uri)
+        return estimate(configs, gateway.finished_durations([c.config_id for c in configs]), repeats,
+                        gateway.matrix_overheads())
     except SuiteError:
         return None
 

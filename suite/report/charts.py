@@ -54,6 +54,13 @@ def _finish(plt: Any, fig: Any, name: str, title: str) -> Chart:
     return Chart(name, title, svg.getvalue(), png.getvalue())
 
 
+def worker_ticks(members: Sequence[Bar]) -> list[str]:
+    """A group's tick labels: the worker count, and the loader too where the group has several (Gaudi2's cpu and
+    device bars at workers 2 read "2 cpu" and "2 device", not "2 2")."""
+    several = len({b.loader for b in members}) > 1
+    return [f"{b.workers}\n{b.loader}" if several else f"{b.workers}" for b in members]
+
+
 def grouped_bars(name: str, title: str, bars: Sequence[Bar], ylabel: str,
                  value_text: Callable[[float], str] = lambda v: f"{v:.1f}") -> Chart:
     """Bars grouped by :attr:`Bar.group`; inside a group the CPU loader's bars by worker count first, then the
@@ -74,10 +81,11 @@ def grouped_bars(name: str, title: str, bars: Sequence[Bar], ylabel: str,
             if bar.low is not None and bar.high is not None:
                 ax.errorbar(x, bar.value, yerr=[[bar.value - bar.low], [bar.high - bar.value]], color="black",
                             capsize=3, linewidth=1)
-            ax.text(x, bar.value, value_text(bar.value), ha="center", va="bottom", fontsize=8)
+            top = max(bar.value, bar.high or bar.value)  # above the interval, not under its whisker
+            ax.text(x, top, value_text(bar.value), ha="center", va="bottom", fontsize=8)
             ticks.append(x)
-            labels.append(f"{bar.workers}")
             x += 1.0
+        labels += worker_ticks(members)
         centres.append(((start + x - 1.0) / 2, group))
         x += 0.8
     ax.set_xticks(ticks, labels=labels, fontsize=8)
@@ -87,7 +95,7 @@ def grouped_bars(name: str, title: str, bars: Sequence[Bar], ylabel: str,
     ax.set_xlabel("dataloader_num_workers, grouped by device", labelpad=30)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.set_ylim(bottom=0, top=max(b.high or b.value for b in bars) * 1.15 if bars else 1)
+    ax.set_ylim(bottom=0, top=max(b.high or b.value for b in bars) * 1.3 if bars else 1)  # room for labels, legend
     ax.grid(axis="y", alpha=0.3)
     handles = [plt.Rectangle((0, 0), 1, 1, color=LOADER_COLOURS.get(name, "#8172b3")) for name in loaders]
     names = [f"loader {name}" for name in loaders]
@@ -102,7 +110,8 @@ def memory_bars(rows: Sequence[Any], group_of: Callable[[Any], str]) -> Chart:
     """Host RAM peaks (PSS, RSS) and the device peak per configuration; on a CPU the device figure is the
     training process's RSS high-water mark (VmHWM), labelled so."""
     plt = _pyplot()
-    labels = [f"{group_of(r)}\n{r.config.loader} nw{r.config.num_workers}" for r in rows]
+    labels = [f"{group_of(r)}\n{r.config.num_workers} worker{'' if r.config.num_workers == 1 else 's'}"
+              + (f"\nloader {r.config.loader}" if len({x.config.loader for x in rows}) > 1 else "") for r in rows]
     fig, (host, device) = plt.subplots(1, 2, figsize=(min(16.0, 4.0 + 1.1 * len(rows)), 4.6))
     xs = list(range(len(rows)))
     for offset, key, what in ((-0.2, "host_ram_peak_pss_bytes", "PSS (shared pages split)"),
@@ -110,7 +119,10 @@ def memory_bars(rows: Sequence[Any], group_of: Callable[[Any], str]) -> Chart:
         host.bar([x + offset for x in xs], [r.metrics.get(key, 0.0) / MiB for r in rows], width=0.4, label=what)
     host.set_title("Host RAM peak: training process + loader workers")
     host.set_ylabel("MiB")
-    host.legend(fontsize=8)
+    tallest = max((r.metrics.get(k, 0.0) / MiB for r in rows for k in ("host_ram_peak_pss_bytes",
+                                                                        "host_ram_peak_rss_bytes")), default=1.0)
+    host.set_ylim(0, tallest * 1.35 or 1)  # the legend sits above the tallest bar, never over it
+    host.legend(fontsize=8, loc="upper left")
     on_cpu = [r.config.device == "cpu" for r in rows]
     device.bar(xs, [r.metrics.get("device_peak_memory_bytes", 0.0) / MiB for r in rows],
                color=["#bbbbbb" if cpu else "#dd8452" for cpu in on_cpu])

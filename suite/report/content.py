@@ -137,7 +137,7 @@ def from_folder(folder: Path, reference: str | None, audits: Sequence[Path] = ()
         manifest = store.manifest_of(result) or {}
         for key in FINGERPRINTS:
             if manifest.get(key) and key not in fingerprints:
-                fingerprints[key] = str(manifest[key])
+                fingerprints[key] = fingerprint_text(manifest[key])
     content = _content(rows, str(folder), matrix.status, matrix.reason, matrix.command, matrix.tags, fingerprints,
                        reference)
     content.unfinished = [f"{r.config.describe()}: {r.status}: {r.reason}" for r in results
@@ -153,12 +153,20 @@ def read_audit(path: Path) -> list[AuditCheck]:
     return [AuditCheck(*check) for check in read_audit_checks(path)]
 
 
+def fingerprint_text(value: Any) -> str:
+    """A fingerprint as people read it: a digest as it is; a dataset's (a mapping: its method and digest or its
+    hub id and revision) as ``key value`` pairs, not a Python dict."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items() if v not in (None, ""))
+    return str(value)
+
+
 def from_mlflow(gateway: Any, run_id: str, reference: str | None) -> ReportContent:
     """The report of an MLflow matrix run (its configuration runs, its tags, the audits linked to it)."""
     view = matrix_run_view(gateway, run_id)
     if not view.rows:
         raise SuiteError(f"no configuration of MLflow run {run_id} finished: nothing to report")
-    fingerprints = {k: str(view.manifest[k]) for k in FINGERPRINTS if view.manifest.get(k)}
+    fingerprints = {k: fingerprint_text(view.manifest[k]) for k in FINGERPRINTS if view.manifest.get(k)}
     content = _content(view.rows, f"MLflow run {run_id} at {gateway.tracking_uri}", view.status, view.reason,
                        shlex.split(view.command) or ["suite", "run"], view.tags, fingerprints, reference)
     content.audit.extend(AuditCheck(*check) for check in view.audit_checks)

@@ -119,9 +119,9 @@ def _published_sections(content: ReportContent) -> list[Section]:
     alignment = content.alignment
     if alignment is None:
         return []
-    intro = [f"{content.reference_title} ({content.reference_url}): {content.reference_shape}. Absolute samples/s "
-             "compare only where the device and the shape match; ratios (workers N vs 0, on-device decode vs the "
-             "CPU loader) compare across machines."]
+    intro = [f"{content.reference_title} ({content.reference_url}): {content.reference_shape}. "
+             f"{measured_shape(content.rows)} Absolute samples/s compare only where the device and the shape match; "
+             "ratios (workers N vs 0, on-device decode vs the CPU loader) compare across machines."]
     absolute, ratios = published_tables(alignment)
     bars = [Bar(s.device, loader, workers, values[s]) for (loader, workers), values in alignment.absolute.items()
             for s in alignment.published_series if s in values]
@@ -158,7 +158,8 @@ def sections(content: ReportContent) -> list[Section]:
                               bars, "samples/s")
     out = [Section("Summary", summary),
            Section("Throughput by device, loader workers and loader",
-                   ["Speed-up: over workers=0 with loader=cpu and every other axis equal (the blog's baseline)."],
+                   ["Speed-up: over workers=0 with loader=cpu and every other axis equal (the blog's baseline). "
+                    + measured_shape(rows), *chance_note(rows)],
                    [results_table(content)], [throughput]),
            *_bounded_section(rows),
            Section("Memory", [], [], [memory_bars(rows, lambda r: _group(r, rows))])]
@@ -178,6 +179,28 @@ def sections(content: ReportContent) -> list[Section]:
     out.append(Section("Provenance", ["To reproduce (same commit and versions):"], [provenance],
                        code=content.command))
     return out
+
+
+def measured_shape(rows: Sequence[Row]) -> str:
+    """What was measured, said beside any published shape (8 devices, batch 48): preset, batch per device,
+    devices per configuration."""
+    presets = ", ".join(sorted({r.config.preset for r in rows}))
+    batches = ", ".join(sorted({str(r.config.batch_size) for r in rows}))
+    devices = ", ".join(sorted({str(r.config.nproc_per_node * r.config.nnodes) for r in rows}))
+    return f"Measured here: preset {presets}, batch {batches} per device, {devices} device(s) per configuration."
+
+
+def chance_note(rows: Sequence[Row]) -> list[str]:
+    """Where every eval_accuracy is within twice the chance level (1/N for N held-out pairs), a sentence saying
+    so: a throughput run of a few steps trains nothing, and its quality figure is not a result."""
+    pairs = [r.metrics.get("eval_samples") for r in rows if "eval_accuracy" in r.metrics]
+    if not pairs or not all(pairs):
+        return []
+    chance = 1.0 / min(p for p in pairs if p)
+    if any(r.metrics["eval_accuracy"] > 2 * chance for r in rows if "eval_accuracy" in r.metrics):
+        return []
+    return [f"eval_accuracy is at chance level (1/N = {chance:.3f} for N held-out pairs) on every row: a throughput "
+            "run of a few steps trains nothing; a quality result needs --target-quality (time-to-train)."]
 
 
 def _bounded_section(rows: Sequence[Row]) -> list[Section]:

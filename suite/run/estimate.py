@@ -2,7 +2,9 @@
 progress display's first estimate).
 
 A configuration's estimate is the median wall time (process start to recorded end, set-up included) of its
-FINISHED runs in the tracking store; one never run has none, and the total says how many are unknown.
+FINISHED runs in the tracking store; one never run has none, and the total says how many are unknown. The matrix
+adds what earlier matrices in the store spent around their configurations (starting the runner, opening MLflow,
+the gaps): the median over them, said as such (a store without finished matrices adds nothing, and says so).
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ class Estimate:
     per_config: dict[str, float | None]  # config_id -> seconds per run, None when never run
     history: dict[str, int]  # config_id -> how many earlier runs it is based on
     repeats: int = 1
+    overheads: tuple[float, ...] = ()  # earlier matrices: their duration less their configurations'
+
+    @property
+    def overhead_s(self) -> float:
+        return float(statistics.median(self.overheads)) if self.overheads else 0.0
 
     @property
     def known_s(self) -> float:
@@ -31,16 +38,24 @@ class Estimate:
     def total_text(self) -> str:
         if not self.per_config or self.unknown == len(self.per_config):
             return "unknown (no earlier run of these configurations in the store)"
-        text = f"about {format_duration(self.known_s)}"
+        runs = sum(self.history.values())
+        text = (f"about {format_duration(self.known_s + self.overhead_s)}: the configurations' median durations in "
+                f"{runs} earlier run(s), {format_duration(self.known_s)}")
+        text += (f", plus {format_duration(self.overhead_s)} around them (the median over {len(self.overheads)} "
+                 "earlier matri" + ("x" if len(self.overheads) == 1 else "ces") + " in this store)"
+                 if self.overheads else ", plus the runner's own start and MLflow's (no earlier matrix to measure "
+                 "them by)")
         if self.unknown:
-            text += f" plus {self.unknown} configuration(s) never run before (unknown)"
+            text += f"; {self.unknown} configuration(s) never run before are not counted"
         return text
 
 
-def estimate(configs: Sequence[RunConfig], durations: Mapping[str, Sequence[float]], repeats: int = 1) -> Estimate:
+def estimate(configs: Sequence[RunConfig], durations: Mapping[str, Sequence[float]], repeats: int = 1,
+             overheads: Sequence[float] = ()) -> Estimate:
     per_config = {c.config_id: (float(statistics.median(durations[c.config_id]))
                                 if durations.get(c.config_id) else None) for c in configs}
-    return Estimate(per_config, {c.config_id: len(durations.get(c.config_id) or ()) for c in configs}, repeats)
+    return Estimate(per_config, {c.config_id: len(durations.get(c.config_id) or ()) for c in configs}, repeats,
+                    tuple(overheads))
 
 
 def format_duration(seconds: float) -> str:

@@ -111,11 +111,13 @@ class MlflowGateway:
 
     # --- writing -------------------------------------------------------------------------------------
     def create_run(self, experiment_id: str, name: str, tags: Mapping[str, str], params: Mapping[str, Any],
-                   parent_run_id: str | None = None) -> str:
+                   parent_run_id: str | None = None, start_time_s: float | None = None) -> str:
+        """A run (under ``parent_run_id``), started at ``start_time_s`` (default: now); returns its id."""
         all_tags = {k: param_text(v) for k, v in tags.items()}
         if parent_run_id:
             all_tags[PARENT_RUN_ID] = parent_run_id
-        run_id = self.client.create_run(experiment_id, run_name=name, tags=all_tags).info.run_id
+        start_ms = int(start_time_s * 1000) if start_time_s is not None else None
+        run_id = self.client.create_run(experiment_id, start_time=start_ms, run_name=name, tags=all_tags).info.run_id
         self.log(run_id, params=params)
         return run_id
 
@@ -200,6 +202,32 @@ class MlflowGateway:
         except Exception as exc:
             raise SuiteError(f"MLflow query failed at {self.tracking_uri}: {_first_line(exc)}") from exc
         return durations
+
+    def matrix_overheads(self, limit: int = 10) -> list[float]:
+        """For the latest ``limit`` FINISHED matrix runs of the store: the matrix's duration less its configuration
+        runs' (starting the runner, opening MLflow, the gaps between configurations); for the dry run's estimate.
+        Nothing is created or migrated."""
+        from mlflow.tracking import MlflowClient
+
+        database = sqlite_path(self.tracking_uri)
+        if database is not None and not database.is_file():
+            return []
+        client = self._client or _Deadlined(MlflowClient(tracking_uri=self.tracking_uri), self.tracking_uri)
+        overheads = []
+        try:
+            experiments = [e.experiment_id for e in client.search_experiments()]
+            matrices = client.search_runs(experiments, f"tags.`{ROLE}` = 'matrix' and attributes.status = 'FINISHED'",
+                                          max_results=limit, order_by=["attributes.start_time DESC"])
+            for matrix in matrices:
+                children = client.search_runs(experiments, f"tags.`{PARENT_RUN_ID}` = '{matrix.info.run_id}'",
+                                              max_results=_PAGE)
+                inside = sum((r.info.end_time - r.info.start_time) / 1000 for r in children
+                             if r.info.end_time and r.info.start_time)
+                if children and matrix.info.end_time:
+                    overheads.append(max(0.0, (matrix.info.end_time - matrix.info.start_time) / 1000 - inside))
+        except Exception as exc:
+            raise SuiteError(f"MLflow query failed at {self.tracking_uri}: {_first_line(exc)}") from exc
+        return overheads
 
     def find_run(self, experiment_id: str, **tags: str) -> Any | None:
         """The run of this experiment carrying every one of these tags (the newest if several)."""

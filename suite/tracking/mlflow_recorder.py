@@ -65,6 +65,7 @@ class MlflowRecorder(Recorder):
         self.parent_run_id: str | None = None
         self._matrix_uid = ""
         self._matrix_ended_at: float | None = None
+        self._matrix_started_at = time.time()
         self._common_tags: dict[str, str] = {}
         self._repeats = 1
         self._results_root: Path | None = None
@@ -88,6 +89,7 @@ class MlflowRecorder(Recorder):
         self._repeats = info.repeats
         self._matrix_uid = info.uid
         self._matrix_ended_at = info.ended_at
+        self._matrix_started_at = info.started_at
         self._common_tags = {**info.tags, tags_.MATRIX_UID: info.uid, tags_.KIND: info.kind}
         if info.matrix_id:
             self._common_tags[tags_.MATRIX_ID] = info.matrix_id
@@ -102,7 +104,7 @@ class MlflowRecorder(Recorder):
         self.parent_run_id = self.gateway.create_run(
             experiment_id, info.name + (f" shard {info.shard}" if info.shard else ""),
             {**self._common_tags, tags_.ROLE: "matrix", tags_.COMMAND: " ".join(info.command)[:5000]},
-            {**info.params, "repeats": info.repeats})
+            {**info.params, "repeats": info.repeats}, start_time_s=info.started_at)
 
     def _child(self, name: str, parent: str | None, tags: dict[str, str], config: RunConfig) -> str:
         """A configuration or repeat run: the matrix's identity tags (host, versions and commit are on the matrix
@@ -271,9 +273,11 @@ class MlflowRecorder(Recorder):
             run = self.gateway.get_run(self.parent_run_id)
             if run.info.status == status and run.info.end_time:
                 return  # already closed as it ended: nothing to change
-        self.gateway.terminate(self.parent_run_id, status, self._matrix_ended_at if self._resume else None)
+        self.gateway.terminate(self.parent_run_id, status, self._matrix_ended_at)
 
     def matrix_metrics(self, metrics: dict[str, float]) -> None:
+        if "matrix_wall_s" in metrics and not self._resume:  # the matrix run lasts as long as the matrix
+            self._matrix_ended_at = self._matrix_started_at + metrics["matrix_wall_s"]
         if self.parent_run_id:
             now_ms = int(time.time() * 1000)
             headline = mlflow_metrics([(k, v, now_ms, 0) for k, v in metrics.items()])

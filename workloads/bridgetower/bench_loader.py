@@ -31,6 +31,7 @@ from suite.devices.cpu import CPUAdapter
 from suite.errors import ConfigError
 
 from workloads.bridgetower.data.catalog import open_source
+from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE
 from workloads.bridgetower.data.pipelines import (
     PIPELINES,
     ImagePipeline,
@@ -230,6 +231,7 @@ def _ratios(options: LoaderBenchOptions, pipelines: dict[str, Any], per_worker: 
         batches_per_s = statistics.median(end_to_end[name])
         table[name] = {
             "description": pipeline.description,
+            "loader": LOADER_OF_PIPELINE.get(name),  # the loader that runs it (None: measured for comparison only)
             "images_per_s_per_worker": statistics.median(per_worker[name]),
             "end_to_end_batches_per_s": batches_per_s,
             "end_to_end_images_per_s": batches_per_s * options.batch_size,
