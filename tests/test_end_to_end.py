@@ -187,13 +187,15 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
         assert [h.step for h in history] == list(range(STEPS + WARMUP))
         assert [h.value for h in history] == pytest.approx(r["losses"])
         tags = run.data.tags
-        assert tags["device_name"] and tags["version.torch"] and tags["version.transformers"]
-        assert "git_commit" in tags and "git_dirty" in tags
+        assert tags["device_name"] and tags["suite.config_id"] and tags["suite.status"] == "FINISHED"
+        matrix_tags = parents[0].data.tags  # versions, commit and host once, on the matrix run (issue 29)
+        assert matrix_tags["version.torch"] and matrix_tags["version.transformers"]
+        assert "git_commit" in matrix_tags and "git_dirty" in matrix_tags and "version.torch" not in tags
         assert "system/cpu_utilization_percentage" in run.data.metrics  # MLflow's system metrics
         assert "system/system_memory_usage_megabytes" in run.data.metrics
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert artifacts == {"config.json", "run.json", "result.json", "run.log", "manifest.json", "mlperf.log",
-                             "accelerator_environment.json"}
+                             "accelerator_environment.json", "facts.json"}
         log = run_file(tmp / "out", r, "run.log").read_text()  # a readable account of the run, never empty
         assert "phase: training" in log and f"step {STEPS + WARMUP}/{STEPS + WARMUP}: loss" in log
         assert "FINISHED" in log
@@ -412,11 +414,25 @@ def test_a_killed_loader_worker_fails_the_configuration_and_the_matrix_goes_on(t
     try:
         deadline = time.time() + 120
         workers = []
+        def command(process):  # a process that just ended (a zombie until reaped) has none to read
+            try:
+                return process.cmdline()
+            except psutil.Error:
+                return []
+
+        def children(process):
+            try:
+                return process.children()
+            except psutil.Error:
+                return []
+
         while len(workers) < 2:  # the run process and its two loader workers
             assert time.time() < deadline and proc.poll() is None, "loader workers never started"
-            runs = [p for p in psutil.Process(proc.pid).children() if "suite.run.process" in " ".join(p.cmdline())]
-            # forked loader workers carry their parent's command line (a resource tracker would not)
-            workers = [c for c in runs[0].children() if c.cmdline() == runs[0].cmdline()] if runs else []
+            runs = [p for p in children(psutil.Process(proc.pid)) if "suite.run.process" in " ".join(command(p))]
+            # forked loader workers carry their parent's command line (a resource tracker would not); the run
+            # that has them is the one training (the others wait for their turn)
+            workers = max(([c for c in children(run) if command(c) == command(run)] for run in runs), key=len,
+                          default=[])
             time.sleep(0.2)
         time.sleep(2)
         workers[0].kill()
