@@ -168,6 +168,10 @@ def test_logs_of_every_loader_pass_the_stock_common_ruleset(loader_runs):
             assert f'"key": "{key}", "value": {value}' in text
         assert run["facts"]["submission"]["submission_platform"].startswith("1x ")
         assert run["facts"]["submission"]["recipe_deviations"]  # why it is not closed
+        assert run["facts"]["submission"]["submission_org"] == "unknown"  # not the user's name (issue 30)
+        # a throughput run is not a time-to-train result: MLPerf's status says so, with the reason
+        [stop] = [line for line in text.splitlines() if '"key": "run_stop"' in line]
+        assert '"status": "aborted"' in stop and "no quality target was declared" in stop
 
 
 @pytest.mark.mechanics
@@ -195,10 +199,14 @@ def test_only_the_published_recipe_may_claim_the_closed_division(capsys, tmp_pat
     assert BridgeTowerWorkload.recipe_deviations(recipe) == []
     assert "precision 'fp32' (the recipe's: 'bf16')" in BridgeTowerWorkload.recipe_deviations(
         dataclasses.replace(recipe, precision="fp32"))
-    assert main(["run", "--submission-division", "closed", "--workers", "0", "--output", str(tmp_path / "out"),
-                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 2
+    assert main(["run", "--submission-division", "closed", "--submission-org", "acme", "--workers", "0",
+                 "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "division closed is for runs that follow the published recipe exactly" in err[0]
+    # issue 30: a closed run names its organization (the log's submission_org defaults to "unknown")
+    assert main(["run", "--submission-division", "closed", "--workers", "0", "--output", str(tmp_path / "out"),
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]) == 2
+    assert "division closed needs the submitting organization: give --submission-org" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="max_steps bounds a run to a quality target"):
         dataclasses.replace(TINY, max_steps=10)
 
@@ -246,6 +254,9 @@ def test_the_tiny_preset_reaches_its_quality_target_as_the_committed_reference_s
     assert run["metrics"]["eval_accuracy"] >= data["target"] and run["metrics"]["time_to_train_s"] > 0
     assert steps <= 1.5 * reference["steps_to_target"]["max"], (steps, reference["steps_to_target"])
     assert run["facts"]["workload"]["dataset_fingerprint"]["sha256"] == reached[0]["dataset_fingerprint"]
+    log = (tmp_path / "out" / run["facts"]["mlperf_log"]).read_text()
+    [stop] = [entry for entry in log.splitlines() if '"key": "run_stop"' in entry]
+    assert '"status": "success"' in stop  # the target was declared and reached: MLPerf's success
 
 
 # --- contention and intervals --------------------------------------------------------------------------------

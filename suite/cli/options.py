@@ -150,12 +150,13 @@ def _add_quality_options(parser: argparse.ArgumentParser) -> None:
                               "records time_to_train_s and steps_to_target; a run that never reaches R is FAILED")
     quality.add_argument("--max-steps", type=int_at_least(1), default=None, metavar="N",
                          help="with --target-quality: the most measured steps (default: 10 x --steps)")
-    quality.add_argument("--submission-org", default=None, help="MLPerf log submission_org (default: your user name)")
+    quality.add_argument("--submission-org", default=None,
+                         help="MLPerf log submission_org (default: unknown; a closed-division run must give it)")
     quality.add_argument("--submission-platform", default=None,
                          help="MLPerf log submission_platform (default: from the device, e.g. '1x NVIDIA H100 ...')")
     quality.add_argument("--submission-division", type=choice(DIVISIONS), default=None,
                          help="open or closed (default: closed only for a run that follows the published recipe "
-                              "exactly, else open; closed is refused for any other run)")
+                              "exactly and gives --submission-org, else open; closed is refused for any other run)")
     quality.add_argument("--clear-caches", action="store_true",
                          help="drop the OS page cache before each configuration (MLPerf's cache_clear; needs root)")
 

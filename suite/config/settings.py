@@ -99,7 +99,7 @@ class RunSettings:
     timeout_s: float | None = field(default=None, metadata=_CONTROL)  # None: derived from the steps; 0: none
     loader_timeout_s: float | None = field(default=None, metadata=_CONTROL)  # None: DEFAULT_LOADER_TIMEOUT_S
     # MLPerf submission metadata (mllog submission_*): who ran it and where; defaults are derived (see the README)
-    submission_org: str | None = field(default=None, metadata=_CONTROL)  # None: the user running the suite
+    submission_org: str | None = field(default=None, metadata=_CONTROL)  # None: "unknown" (closed runs must name it)
     submission_platform: str | None = field(default=None, metadata=_CONTROL)  # None: from the device's facts
     submission_division: str | None = field(default=None, metadata=_CONTROL)  # None: closed only for the recipe
     clear_caches: bool = field(default=False, metadata=_CONTROL)  # drop the OS page cache first (needs root)

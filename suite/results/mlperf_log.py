@@ -110,14 +110,22 @@ def check_compliance(log_path: str | Path, ruleset: str | Path = RULESET) -> tup
     return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
 
 
-def default_submission_org() -> str:
-    """Who ran it, when no --submission-org is given: the user running the suite."""
-    import getpass
+#: ``run_stop``'s reason for a run without a quality target: MLPerf's ``success`` means the target was reached.
+THROUGHPUT_ONLY = ("a throughput measurement: no quality target was declared (--target-quality), so this is not a "
+                   "time-to-train result")
 
-    try:
-        return getpass.getuser()
-    except Exception:  # noqa: BLE001 - no user name in this environment (a container without passwd entry)
-        return "unknown"
+
+def run_stop_metadata(config: Any) -> dict[str, str]:
+    """``run_stop`` of a run that ended normally: ``success`` only where a quality target was declared (and so
+    reached: a missed one fails the run), else ``aborted`` with the reason (MLPerf's meaning of the status)."""
+    if config.target_quality is not None:
+        return {"status": "success"}
+    return {"status": "aborted", "reason": THROUGHPUT_ONLY}
+
+
+def default_submission_org() -> str:
+    """The MLPerf log's submission_org when none is given: ``unknown`` (a closed run must name its org)."""
+    return "unknown"
 
 
 def default_platform(device_facts: dict[str, Any], world_size: int) -> str:
@@ -129,9 +137,10 @@ def log_disclosures(mlperf: MlperfLog, config: Any, device_facts: dict[str, Any]
                     world_size: int, config_filename: str, recipe_deviations: list[str]) -> dict[str, Any]:
     """The submission metadata and the v6.1 disclosures MLCommons' stock ``common.yaml`` requires, from what ran;
     returns them (recorded in the run's facts). The division is ``closed`` only for a run that follows the
-    workload's published recipe exactly (no deviations), whatever was asked; asking ``closed`` for another
-    configuration is refused before anything runs (see ``suite.run.matrix.resolve``)."""
-    division = "closed" if not recipe_deviations else "open"
+    workload's published recipe exactly (no deviations) and names its submitting org, whatever was asked; asking
+    ``closed`` for another configuration, or without ``--submission-org``, is refused before anything runs (see
+    ``suite.run.matrix.resolve``)."""
+    division = "closed" if not recipe_deviations and config.submission_org else "open"  # closed: an org is named
     values = {
         constants.SUBMISSION_ORG: config.submission_org or default_submission_org(),
         constants.SUBMISSION_PLATFORM: config.submission_platform or default_platform(device_facts, world_size),

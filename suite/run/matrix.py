@@ -51,6 +51,8 @@ def resolve(spec: MatrixSpec) -> tuple[type[Workload], list[RunConfig]]:
     batch_size = spec.batch_size or workload_cls.presets[spec.preset].batch_size
     configs = [dataclasses.replace(c, batch_size=batch_size) for c in spec.expand()]
     for config in configs:
+        if config.submission_division == "closed" and not config.submission_org:
+            raise ConfigError("division closed needs the submitting organization: give --submission-org")
         deviations = workload_cls.recipe_deviations(config) if config.submission_division == "closed" else []
         if deviations:
             raise ConfigError(f"division closed is for runs that follow the published recipe exactly; "

@@ -33,7 +33,7 @@ from suite.registry import load_device, load_workload  # noqa: E402
 from suite.results.environment import accelerator_environment  # noqa: E402
 from suite.results.files import RunFiles  # noqa: E402
 from suite.results.manifest import BEFORE_THE_RUN, build_manifest  # noqa: E402
-from suite.results.mlperf_log import MlperfLog, log_disclosures  # noqa: E402
+from suite.results.mlperf_log import MlperfLog, log_disclosures, run_stop_metadata  # noqa: E402
 from suite.results.record import FAILED, FINISHED, RunResult  # noqa: E402
 from suite.run.quality import QualityTracker  # noqa: E402
 from suite.run.ranks import HostGroup, Rank  # noqa: E402
@@ -163,7 +163,7 @@ class _Execution:
         result.metrics.update(workload.metrics())
         self.facts["workload"] = workload.facts()  # with what the run itself learnt (e.g. images decoded on the host)
         record_observed_loader(result, workload)
-        mlperf.end(constants.RUN_STOP, metadata={"status": "success"})
+        mlperf.end(constants.RUN_STOP, metadata=run_stop_metadata(config))
         result.status = FINISHED
 
     def failed(self, exc: Exception) -> None:
