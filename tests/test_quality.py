@@ -4,6 +4,7 @@ and audit verdicts from intervals."""
 
 import dataclasses
 import json
+import re
 import os
 import subprocess
 import sys
@@ -169,6 +170,17 @@ def test_logs_of_every_loader_pass_the_stock_common_ruleset(loader_runs):
         assert run["facts"]["submission"]["submission_platform"].startswith("1x ")
         assert run["facts"]["submission"]["recipe_deviations"]  # why it is not closed
         assert run["facts"]["submission"]["submission_org"] == "unknown"  # not the user's name (issue 30)
+        # issue 30, point 3: every hyperparameter in the log, the position in the training set on blocks and evals
+        for key in ("opt_adamw_beta_1", "opt_adamw_beta_2", "opt_learning_rate_decay_schedule",
+                    "opt_learning_rate_decay_steps", "max_steps", "eval_frequency_steps"):
+            assert f'"key": "{key}"' in text, key
+        assert '"key": "opt_adamw_beta_1", "value": 0.9' in text
+        for key in ("block_start", "block_stop", "eval_start", "eval_accuracy", "eval_stop"):
+            [entry] = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in text.splitlines()
+                       if f'"key": "{key}"' in line][-1:]
+            assert entry["metadata"]["epoch_num"] == pytest.approx(
+                entry["metadata"]["samples_count"] / int(re.search(r'"key": "train_samples", "value": (\d+)',
+                                                                    text).group(1)), abs=1e-4), key
         # a throughput run is not a time-to-train result: MLPerf's status says so, with the reason
         [stop] = [line for line in text.splitlines() if '"key": "run_stop"' in line]
         assert '"status": "aborted"' in stop and "no quality target was declared" in stop

@@ -39,6 +39,7 @@ class MlperfLog:
         self.write_error: str | None = None  # set when the file could not be written completely
         self._logger: logging.Logger | None = None
         self._mllog: Any = None
+        self._train_samples: int | None = None
         if self.path is None:
             return
         from mlperf_logging.mllog import mllog
@@ -51,6 +52,15 @@ class MlperfLog:
         # stack offset 2: report the caller of this wrapper as the event's file and line
         self._mllog = mllog.MLLogger(logger=self._logger, default_stack_offset=2)
 
+    def _with_epoch(self, key: str, value: Any, metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``epoch_num`` (MLPerf's position in the training set: samples seen / ``train_samples``) added to every
+        event that carries a ``samples_count``, once ``train_samples`` has been logged."""
+        if key == "train_samples" and isinstance(value, int) and value > 0:
+            self._train_samples = value
+        if metadata and "samples_count" in metadata and self._train_samples and "epoch_num" not in metadata:
+            return {**metadata, "epoch_num": round(metadata["samples_count"] / self._train_samples, 4)}
+        return metadata
+
     @staticmethod
     def _check(key: str, value: Any, metadata: dict[str, Any] | None) -> None:
         try:
@@ -60,6 +70,7 @@ class MlperfLog:
 
     def event(self, key: str, value: Any = None, metadata: dict[str, Any] | None = None) -> None:
         if self._mllog is not None:
+            metadata = self._with_epoch(key, value, metadata)
             self._check(key, value, metadata)
             self._mllog.event(key=key, value=value, metadata=metadata)
 
@@ -67,6 +78,7 @@ class MlperfLog:
         if self._mllog is not None:
             if key in self._open:
                 raise ValueError(f"mllog interval {key!r} started twice")
+            metadata = self._with_epoch(key, value, metadata)
             self._check(key, value, metadata)
             self._open.append(key)
             self._mllog.start(key=key, value=value, metadata=metadata)
@@ -76,6 +88,7 @@ class MlperfLog:
             start = START_OF.get(key, key)
             if start not in self._open:
                 raise ValueError(f"mllog interval {key!r} ended without {start!r}")
+            metadata = self._with_epoch(key, value, metadata)
             self._check(key, value, metadata)
             self._open.remove(start)
             self._mllog.end(key=key, value=value, metadata=metadata)

@@ -28,6 +28,12 @@ from suite.run.ranks import HostGroup
 DEFAULT_EVAL_EVERY = 25
 
 
+def evaluation_every(config: RunConfig) -> int | None:
+    """Measured steps between evaluations: ``--eval-every``, else :data:`DEFAULT_EVAL_EVERY` with a quality target;
+    ``None``: at the end of the run only."""
+    return config.eval_every or (DEFAULT_EVAL_EVERY if config.target_quality is not None else None)
+
+
 class QualityTargetNotReached(SuiteError):
     """The run ended (``max_steps``) without reaching its quality target."""
 
@@ -38,7 +44,7 @@ class QualityTracker:
         """``host``: the ranks' host group under torch.distributed (``None`` for one process)."""
         self.config, self.workload, self.mlperf, self.emit_event = config, workload, mlperf, emit_event
         self.rank, self.host, self.run_started, self.global_batch = rank, host, run_started, global_batch
-        self.every = config.eval_every or (DEFAULT_EVAL_EVERY if config.target_quality is not None else None)
+        self.every = evaluation_every(config)
         self.evaluations: list[dict[str, Any]] = []
         self.eval_time_s = 0.0
         self.reached: dict[str, Any] | None = None

@@ -17,7 +17,7 @@ from suite.errors import SuiteError
 from suite.meters.contention import ContentionMeter
 from suite.results.mlperf_log import MlperfLog
 from suite.results.record import RunResult
-from suite.run.quality import QualityTracker
+from suite.run.quality import QualityTracker, evaluation_every
 from suite.run.ranks import HostGroup, Rank, aggregate_ranks
 from suite.run.steps import TrainingSteps
 from suite.text import visible
@@ -65,6 +65,9 @@ def log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any, ran
     mlperf.event(constants.GRADIENT_ACCUMULATION_STEPS, 1)
     for key, value in workload.mlperf_hyperparameters().items():
         mlperf.event(key, value)
+    mlperf.event(constants.MAX_STEPS, config.total_steps)  # warm-up and the most measured steps
+    mlperf.event("eval_frequency_steps", evaluation_every(config) or 0, metadata={"also": "at the end of every run",
+                                                               "unit": "measured steps; 0: at the end only"})
     for key in ("device", "num_workers", "loader", "precision", "warmup_steps", "steps"):
         mlperf.event(f"suite_{key}", getattr(config, key))
 

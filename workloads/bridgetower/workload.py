@@ -275,6 +275,10 @@ class BridgeTowerWorkload(Workload):
             "opt_adamw_weight_decay": preset.weight_decay,
             "opt_gradient_clip_norm": preset.max_grad_norm,
             "opt_learning_rate_warmup_steps": 0,
+            "opt_learning_rate_decay_schedule": "linear to 0",
+            "opt_learning_rate_decay_steps": self.config.total_steps,
+            **dict(zip(("opt_adamw_beta_1", "opt_adamw_beta_2"), self.optimizer.param_groups[0].get("betas", ()),
+                       strict=False)),  # as the optimizer runs (torch's and Habana's fused AdamW: 0.9, 0.999)
             "max_sequence_length": preset.max_seq_length,
         }
 
