@@ -303,3 +303,19 @@ def test_the_throughput_interval_narrows_with_steady_steps():
     steady = bootstrap_throughput_ci([0.2] * 40, 8)
     assert noisy[0] < 40 < noisy[1] and steady == pytest.approx((40.0, 40.0))
     assert bootstrap_throughput_ci([0.1, 0.3] * 20, 8) == noisy  # seeded: the same steps, the same interval
+
+
+@pytest.mark.e2e
+@pytest.mark.mechanics
+def test_eval_samples_bounds_the_evaluation_and_is_recorded(tmp_path, capsys):
+    """Issue 30, point 6: --eval-samples N evaluates the first N held-out pairs (a smoke run of the large preset on a
+    CPU is otherwise its evaluation), says so, and a closed run refuses it."""
+    code = main(["run", "--workers", "0", "--steps", "2", "--warmup-steps", "1", "--eval-samples", "4",
+                 "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db", "--no-progress"])
+    [run] = runs_of(tmp_path / "out")
+    assert code == 0 and run["metrics"]["eval_samples"] == 4 and run["config"]["eval_samples"] == 4
+    assert run["facts"]["workload"]["eval_split"].endswith("--eval-samples 4: 4 of them evaluated")
+    assert '"key": "eval_samples", "value": 4' in (tmp_path / "out" / run["facts"]["mlperf_log"]).read_text()
+    assert main(["run", "--eval-samples", "4", "--submission-division", "closed", "--submission-org", "acme",
+                 "--dry-run"]) == 2
+    assert "division closed evaluates on the whole held-out set" in capsys.readouterr().err

@@ -35,7 +35,7 @@ def _add_run_parser(sub: Any) -> None:
                           "skip_bad_samples, nproc_per_node, nnodes, rdzv_endpoint, prefetch_factor, max_image_pixels, "
                           "max_image_bytes, max_caption_bytes, loader_memory_gib, allow_outside_links, timeout_s, "
                           "loader_timeout_s, "
-                          "eval_every, "
+                          "eval_every, eval_samples, "
                           "target_quality, max_steps, submission_org, submission_platform, submission_division, "
                           "clear_caches) and "
                           f"{', '.join(FILE_RUN_OPTIONS)}; options given on the command line win")

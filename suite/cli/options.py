@@ -145,6 +145,9 @@ def _add_quality_options(parser: argparse.ArgumentParser) -> None:
     quality = parser.add_argument_group("quality (held-out evaluation) and MLPerf submission metadata")
     quality.add_argument("--eval-every", type=int_at_least(1), default=None, metavar="N",
                          help="evaluate quality every N measured steps (off the clock; always once at the end)")
+    quality.add_argument("--eval-samples", type=int_at_least(2), default=None, metavar="N",
+                         help="evaluate on the first N held-out pairs only (default: all): a smoke run of the large "
+                              "preset on a CPU is then not its evaluation; recorded, refused for a closed run")
     quality.add_argument("--target-quality", type=float_above(0), default=None, metavar="R",
                          help="train until eval_accuracy (mean retrieval recall@1) reaches R, at most --max-steps; "
                               "records time_to_train_s and steps_to_target; a run that never reaches R is FAILED")

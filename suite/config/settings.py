@@ -87,6 +87,7 @@ class RunSettings:
     nnodes: int = 1  # nodes per configuration: torchrun on each, meeting at rdzv_endpoint (c10d rendezvous)
     prefetch_factor: int | None = None  # batches each loader worker prepares ahead; None: torch's default (2)
     eval_every: int | None = None  # evaluate quality every N steps (and always at the end); None: at the end only
+    eval_samples: int | None = None  # evaluate on the first N held-out pairs only; None: all of them
     target_quality: float | None = None  # train until eval_accuracy >= this (MLPerf's time-to-train), at most max_steps
     max_steps: int | None = None  # with target_quality: the most measured steps (default: 10 x steps)
     # Bounds and limits: they decide whether a run may go on, never what it measures, so they are not part
@@ -141,6 +142,8 @@ class RunSettings:
             raise ConfigError(f"allow_outside_links must be true or false, got {self.allow_outside_links!r}")
         if self.eval_every is not None:
             _require_int("eval_every", self.eval_every, 1)
+        if self.eval_samples is not None:
+            _require_int("eval_samples", self.eval_samples, 2)
         if self.target_quality is not None:
             if isinstance(self.target_quality, bool) or not isinstance(self.target_quality, (int, float)) \
                     or not 0 < self.target_quality <= 1:

@@ -53,6 +53,8 @@ def resolve(spec: MatrixSpec) -> tuple[type[Workload], list[RunConfig]]:
     for config in configs:
         if config.submission_division == "closed" and not config.submission_org:
             raise ConfigError("division closed needs the submitting organization: give --submission-org")
+        if config.submission_division == "closed" and config.eval_samples is not None:
+            raise ConfigError("division closed evaluates on the whole held-out set: leave --eval-samples out")
         deviations = workload_cls.recipe_deviations(config) if config.submission_division == "closed" else []
         if deviations:
             raise ConfigError(f"division closed is for runs that follow the published recipe exactly; "

@@ -102,7 +102,7 @@ class BridgeTowerWorkload(Workload):
         with clock.phase("fingerprint"):
             dataset_fingerprint = everything.fingerprint()
         self._skipped = everything.describe().get("skipped_samples", 0)
-        source, held_out, split = held_out_split(everything, config.batch * _world_size())
+        source, held_out, split = held_out_split(everything, config.batch * _world_size(), limit=config.eval_samples)
         with clock.phase("tokenization"):
             tokenizer, tokenizer_source = resolve_tokenizer(preset.tokenizer, preset.vocab_size, config.weights,
                                                             config.tokenizer)

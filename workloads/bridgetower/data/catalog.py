@@ -68,11 +68,12 @@ def synthetic_size(spec: str) -> int:
     return int(text)
 
 
-def held_out_split(source: ImageCaptionSource, batch_size: int, fraction: float = 0.1
+def held_out_split(source: ImageCaptionSource, batch_size: int, fraction: float = 0.1, limit: int | None = None
                    ) -> tuple[ImageCaptionSource, ImageCaptionSource, str]:
     """(training samples, held-out samples, what the split is): a deterministic ``fraction`` held out by name
-    (:func:`workloads.bridgetower.evaluation.held_out_indices`). A dataset too small to give up any sample and
-    still fill a batch is evaluated on its training samples, and the description says so."""
+    (:func:`workloads.bridgetower.evaluation.held_out_indices`), of which the first ``limit`` are evaluated
+    (``--eval-samples``; all by default). A dataset too small to give up any sample and still fill a batch is
+    evaluated on its training samples, and the description says so."""
     from workloads.bridgetower.data.hub import SourceSubset
     from workloads.bridgetower.evaluation import held_out_indices
 
@@ -80,8 +81,14 @@ def held_out_split(source: ImageCaptionSource, batch_size: int, fraction: float 
     held = held_out_indices(names, fraction)
     kept = sorted(set(range(len(source))) - set(held))
     if len(kept) < batch_size or len(held) < 2:
-        return source, source, (f"training samples: {len(source)} samples cannot spare a held-out split and still "
-                                f"fill a batch of {batch_size}")
-    return (SourceSubset(source, kept, "train"), SourceSubset(source, held, "held-out"),
+        evaluated = source if limit is None else SourceSubset(source, list(range(min(limit, len(source)))), "eval")
+        return source, evaluated, (f"training samples: {len(source)} samples cannot spare a held-out split and still "
+                                   f"fill a batch of {batch_size}" + _limited(limit, len(evaluated)))
+    evaluated_held = held if limit is None else held[:limit]
+    return (SourceSubset(source, kept, "train"), SourceSubset(source, evaluated_held, "held-out"),
             f"held out: {len(held)} of {len(source)} samples ({fraction:.0%}, the lowest sha256 of their names within "
-            "the dataset)")
+            "the dataset)" + _limited(limit, len(evaluated_held)))
+
+
+def _limited(limit: int | None, evaluated: int) -> str:
+    return "" if limit is None else f"; --eval-samples {limit}: {evaluated} of them evaluated"
