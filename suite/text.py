@@ -40,3 +40,9 @@ def markdown_fence(code: str) -> str:
     code cannot close the block."""
     longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
     return "`" * max(3, longest + 1)
+
+
+def plot_text(text: object) -> str:
+    """``text`` as literal matplotlib text (a legend, a title): ``$`` would start mathtext (a folder named
+    ``a$x^{2$`` stops the figure with a parse error), so it is escaped; control characters made visible."""
+    return visible(text).replace("$", r"\$")

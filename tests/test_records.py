@@ -130,6 +130,15 @@ def test_two_result_sets_are_compared_with_labels_that_tell_them_apart(tmp_path,
     assert [r.config.num_workers for r in joined] == [0, 0, 2, 2]
 
 
+def test_a_result_set_named_like_matplotlib_math_is_plotted_as_its_name(tmp_path, capsys):
+    """A folder's name reaches the plot's legend as text: `$` would start mathtext, and an unclosed `{` stopped the
+    figure with a parse error (a traceback instead of plots)."""
+    sets = [_store_with(tmp_path, [_result(dataclasses.replace(BASE, num_workers=n), 10.0 + n) for n in (0, 2)], name)
+            for name in ("plain", "run$x^{2$")]
+    assert main(["compare", *map(str, sets), "--output", str(tmp_path / "plots")]) == 0
+    assert (tmp_path / "plots" / "throughput.png").is_file() and (tmp_path / "plots" / "memory.png").is_file()
+
+
 def test_compare_of_a_name_that_is_neither_a_folder_nor_a_run_id_says_so(tmp_path, capsys):
     assert main(["compare", "nosuchdir"]) == 2
     assert "no such results folder: nosuchdir (nor an MLflow run id" in capsys.readouterr().err

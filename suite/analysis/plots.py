@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suite.analysis.compare import THROUGHPUT, Row
+from suite.text import plot_text
 
 MiB = 2**20
 
@@ -60,7 +61,8 @@ def lines_of(rows: Sequence[Row]) -> dict[str, list[Row]]:
     for row in rows:
         key = (row.set_label, dataclasses.replace(row.config, num_workers=0).config_id)
         groups.setdefault(key, []).append(row)
-    names = [(f"{label}: " if label else "") + series_name(members[0]) for (label, _), members in groups.items()]
+    names = [plot_text((f"{label}: " if label else "") + series_name(members[0]))
+             for (label, _), members in groups.items()]
     lines = {}
     for name, ((_, config_id), members) in zip(names, groups.items(), strict=True):
         members.sort(key=lambda r: r.config.num_workers)
