@@ -218,11 +218,11 @@ def test_the_media_pipe_keeps_one_pipe_per_batch_size_and_closes_each_with_del_i
 
 @pytest.mark.e2e
 def test_no_decoder_pipeline_is_built_inside_a_measured_step(tmp_path):
-    """The dali loader on the CPU with an evaluation after every measured step: the held-out set (51 pairs) ends in
-    a batch of 3, which used to rebuild the pipeline, and the next measured step rebuilt it again."""
+    """The dali loader on the CPU with an evaluation after every measured step: 51 evaluated pairs end in a batch of
+    3, which used to rebuild the pipeline, and the next measured step rebuilt it again."""
     require("nvidia.dali")
     code = main(["run", "--loader", "dali", "--workers", "0", "--steps", "3", "--warmup-steps", "1",
-                 "--eval-every", "1", "--output", str(tmp_path / "out"), "--tracking-uri",
+                 "--eval-every", "1", "--eval-samples", "51", "--output", str(tmp_path / "out"), "--tracking-uri",
                  f"sqlite:///{tmp_path}/m.db", "--no-progress", "--system-metrics-interval", "0"])
     assert code == 0
     [run] = runs_of(tmp_path / "out")
@@ -253,6 +253,11 @@ def test_the_normalization_tensors_are_made_once_per_device(monkeypatch):
 
 @pytest.mark.e2e
 def test_the_odd_image_corpus_trains_through_every_loader(tmp_path):
+    import shutil
+
+    from workloads.bridgetower.data.catalog import held_out_split, open_source
+    from workloads.bridgetower.data.synthetic import ensure_synthetic
+
     require("nvidia.dali")
     data = tmp_path / "odd"
     data.mkdir()
@@ -262,7 +267,16 @@ def test_the_odd_image_corpus_trains_through_every_loader(tmp_path):
             file = f"{copy}-{name}"
             (data / file).write_bytes(encoded)
             rows.append({"file_name": file, "image_description": f"an odd image, {name.replace('-', ' ')}"})
+    # plain fillers: the held-out split groups identical images (both copies of a picture go to one side), and
+    # with them the odd images that trained include the GIF (checked below, before anything runs)
+    filler = ensure_synthetic(samples=24, seed=5, root=tmp_path / "cache")
+    for line in (filler / "metadata.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        shutil.copy(filler / row["file_name"], data / f"filler-{row['file_name']}")
+        rows.append({**row, "file_name": f"filler-{row['file_name']}"})
     (data / "metadata.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trained, _, _ = held_out_split(open_source(str(data)), batch_size=8)
+    assert any(trained.sample_key(i).endswith(".gif") for i in range(len(trained)))
     code = main(["run", "--dataset", str(data), "--loader", "cpu,cpu-fast,device,dali", "--workers", "0",
                  "--steps", "3", "--warmup-steps", "1", "--output", str(tmp_path / "out"), "--tracking-uri",
                  f"sqlite:///{tmp_path}/m.db", "--no-progress", "--system-metrics-interval", "0", "--report"])

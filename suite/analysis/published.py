@@ -40,23 +40,36 @@ def reference_dirs() -> list[Path]:
     return [Path.cwd() / "reference", checkout]
 
 
-def load_reference(name_or_path: str) -> tuple[Path, dict[str, Any]]:
+def _load_json_reference(name_or_path: str, required: tuple[str, ...], what: str) -> tuple[Path, dict[str, Any]]:
+    """A reference file named by path, or by name under :func:`reference_dirs`; it must hold the ``required``
+    keys (``what`` names the kind of file in the errors)."""
     path = Path(name_or_path)
     if not path.is_file():
         candidates = [d / f"{name_or_path}.json" for d in reference_dirs()]
         found = next((c for c in candidates if c.is_file()), None)
         if found is None:
             names = sorted({p.stem for d in reference_dirs() if d.is_dir() for p in d.glob("*.json")
-                            if "results" in json.loads(p.read_text())})
+                            if all(key in json.loads(p.read_text()) for key in required)})
             raise SuiteError(f"unknown reference {name_or_path!r}; available: {', '.join(names) or 'none'}")
         path = found
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise SuiteError(f"cannot read published results {path}: {exc}") from None
-    if not isinstance(data, dict) or "results" not in data or "suite_config" not in data:
-        raise SuiteError(f"{path} is not a published-results file (needs 'results' and 'suite_config')")
+        raise SuiteError(f"cannot read {what} {path}: {exc}") from None
+    if not isinstance(data, dict) or any(key not in data for key in required):
+        raise SuiteError(f"{path} is not a {what} file (needs {' and '.join(repr(k) for k in required)})")
     return path, data
+
+
+def load_reference(name_or_path: str) -> tuple[Path, dict[str, Any]]:
+    """Published results (``reference/<name>.json``: the blog's table and its suite configuration)."""
+    return _load_json_reference(name_or_path, ("results", "suite_config"), "published-results")
+
+
+def load_quality_reference(name_or_path: str) -> tuple[Path, dict[str, Any]]:
+    """A quality reference (``reference/tiny_quality_reference.json``: steps to a target over seeds, per
+    transformers line, and the configuration they ran)."""
+    return _load_json_reference(name_or_path, ("lines", "config", "target"), "quality-reference")
 
 
 def reference_table(data: dict[str, Any]) -> dict[Cell, float]:

@@ -36,6 +36,7 @@ from suite.analysis.equivalence import FAIL, INCONCLUSIVE, PASS
 from suite.audit.record_checks import (
     check_batch_size,
     check_config,
+    check_convergence,
     check_inputs_now,
     check_loader,
     check_record_consistency,
@@ -114,6 +115,7 @@ def _audit_records(recorded: Recorded, target: str, store: ResultsStore | None, 
             report.checks.append(check_inputs_now(subject, config, manifest, computed))
     report.checks += record_checks([record_of(r, m) for r, m in zip(recorded.results, recorded.manifests, strict=True)])
     report.checks.append(environment_check(recorded.manifests))
+    report.checks += check_convergence(recorded.results, recorded.manifests)
     if not rerun:
         report.checks.append(Check("matrix", "rerun", SKIP, "re-runs not requested (--no-rerun): the inputs were "
                                                             "recomputed instead (inputs_now)"))

@@ -226,3 +226,34 @@ def audit_reference(path: Path) -> AuditReport:
     report.checks.append(Check("matrix", "rerun", SKIP, "published results carry no manifest: nothing to re-run"))
     report.checks.append(Check("matrix", "environment", SKIP, "software versions are not recorded per result"))
     return report
+
+
+def check_convergence(results: Sequence[RunResult], manifests: Sequence[dict[str, Any] | None],
+                      reference: str = "tiny_quality_reference") -> list[Check]:
+    """Each time-to-train run's steps to target against the quality reference's band: the 95 % prediction interval
+    of one run of the reference implementation (:func:`suite.analysis.time_to_train.steps_band`), so an unchanged
+    implementation fails with probability 5 % per run (under normality of the reference's steps). Skipped, saying
+    why, where no reference applies (another configuration or transformers line)."""
+    from suite.analysis.published import load_quality_reference
+    from suite.analysis.time_to_train import reference_rcp, steps_band
+
+    timed = [(r, m) for r, m in zip(results, manifests, strict=True)
+             if r.config.target_quality is not None and r.status == FINISHED and "steps_to_target" in r.metrics]
+    if not timed:
+        return []
+    path, data = load_quality_reference(reference)
+    checks = []
+    for result, manifest in timed:
+        version = ((manifest or {}).get("packages") or {}).get("transformers")
+        rcp = reference_rcp(data, result.config, version, path.name)
+        subject, steps = result.config.config_id, result.metrics["steps_to_target"]
+        if isinstance(rcp, str):
+            checks.append(Check(subject, "convergence", SKIP, f"steps to target {steps:.0f}; not checked: {rcp}"))
+            continue
+        low, high = steps_band(rcp)
+        inside = low <= steps <= high
+        checks.append(Check(subject, "convergence", PASS if inside else FAIL,
+                            f"steps to target {steps:.0f} {'inside' if inside else 'outside'} the reference band "
+                            f"[{low:.0f}, {high:.0f}] ({rcp.source}; 95 % prediction interval: a run of the reference "
+                            "implementation falls outside it with probability 5 %)"))
+    return checks

@@ -75,9 +75,18 @@ def embed_pairs(model: Any, batches: Iterable[dict[str, Any]], pixel_values: Cal
     return torch.cat(texts), torch.cat(images)
 
 
-def held_out_indices(names: list[str], fraction: float = 0.1, minimum: int = 8) -> list[int]:
-    """A deterministic held-out split: the ``fraction`` of samples (at least ``minimum``) whose names hash lowest
-    (sha256), so it depends only on the dataset, never on the seed or the machine."""
-    count = min(len(names), max(minimum, round(fraction * len(names))))
-    order = sorted(range(len(names)), key=lambda i: hashlib.sha256(names[i].encode()).hexdigest())
-    return sorted(order[:count])
+def held_out_indices(keys: list[str], fraction: float = 0.1, minimum: int = 8) -> list[int]:
+    """A deterministic held-out split: the samples whose keys (the images' content hashes, see
+    ``ImageCaptionSource.content_key``) hash lowest (sha256), key by key, until the ``fraction`` of samples (at least
+    ``minimum``) is held out. Samples with the same key are always on the same side, and the split depends only on
+    the dataset's content, never on the seed, the order or the machine."""
+    count = min(len(keys), max(minimum, round(fraction * len(keys))))
+    groups: dict[str, list[int]] = {}
+    for index, key in enumerate(keys):
+        groups.setdefault(key, []).append(index)
+    held: list[int] = []
+    for key in sorted(groups, key=lambda k: hashlib.sha256(k.encode()).hexdigest()):
+        if len(held) >= count:
+            break
+        held += groups[key]
+    return sorted(held)

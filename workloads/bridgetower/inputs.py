@@ -14,7 +14,7 @@ from suite.devices.interfaces import seed_everything
 from suite.errors import SuiteError
 
 from workloads.bridgetower.data.bounds import ImageBounds
-from workloads.bridgetower.data.catalog import open_source
+from workloads.bridgetower.data.catalog import held_out_split, open_evaluation_source, open_source
 from workloads.bridgetower.data.loader import CaptionedImages
 from workloads.bridgetower.data.sources import ImageCaptionSource
 from workloads.bridgetower.device_decoding import decode_on_device
@@ -34,6 +34,16 @@ def open_configured(config: RunConfig) -> ImageCaptionSource:
     """The configuration's dataset, opened with its bounds and options."""
     return open_source(config.dataset, config.skip_bad_samples, bounds=image_bounds(config),
                        allow_outside_links=config.allow_outside_links, max_caption_bytes=config.max_caption_bytes)
+
+def split_configured(config: RunConfig, source: ImageCaptionSource, batch: int
+                     ) -> tuple[ImageCaptionSource, ImageCaptionSource, str]:
+    """(training samples, evaluated samples, what the split is) of the configuration's dataset: the synthetic set's
+    separate evaluation set, or a held-out share; refused with one line where a quality target needs held-out
+    samples the dataset cannot spare (see :func:`~workloads.bridgetower.data.catalog.held_out_split`)."""
+    return held_out_split(source, batch, limit=config.eval_samples,
+                          evaluation=open_evaluation_source(config.dataset, image_bounds(config)),
+                          need_held_out=config.target_quality is not None)
+
 
 def describe_preset(name: str) -> dict[str, Any]:
     """Parameters (counted on a model built on torch's meta device: no memory, no weights), image size, batch
@@ -57,6 +67,7 @@ def prepare(config: RunConfig) -> dict[str, Any]:
             f"the dataset has {len(source)} usable samples, fewer than one batch of {config.batch_size}")
     if config.weights and not Path(config.weights).exists() and config.weights.startswith((".", "/", "~")):
         raise SuiteError(f"weights path does not exist: {config.weights}")
+    split_configured(config, source, config.batch * config.nproc_per_node)  # a target without held-out: refused
     described = source.describe()
     warnings = list(described.get("warnings", []))
     preset = PRESETS[config.preset]

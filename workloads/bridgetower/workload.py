@@ -17,7 +17,6 @@ from suite.workload import Workload
 
 from workloads.bridgetower import inputs
 from workloads.bridgetower.data.bounds import DecodeBudget, ImageBounds
-from workloads.bridgetower.data.catalog import held_out_split
 from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE, CaptionedImages, endless, make_loader
 from workloads.bridgetower.data.sources import ImageCaptionSource
 from workloads.bridgetower.device_decoding import DecodeFallbacks, decode_on_device
@@ -102,7 +101,7 @@ class BridgeTowerWorkload(Workload):
         with clock.phase("fingerprint"):
             dataset_fingerprint = everything.fingerprint()
         self._skipped = everything.describe().get("skipped_samples", 0)
-        source, held_out, split = held_out_split(everything, config.batch * _world_size(), limit=config.eval_samples)
+        source, held_out, split = inputs.split_configured(config, everything, config.batch * _world_size())
         with clock.phase("tokenization"):
             tokenizer, tokenizer_source = resolve_tokenizer(preset.tokenizer, preset.vocab_size, config.weights,
                                                             config.tokenizer)

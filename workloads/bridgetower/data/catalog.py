@@ -38,7 +38,7 @@ def open_source(spec: str | None, skip_bad_samples: bool = False, synthetic_samp
 
 def _open(spec: str | None, synthetic_samples: int, bounds: ImageBounds, allow_outside_links: bool,
           strict_files: bool, max_caption_bytes: int = 0) -> ImageCaptionSource:
-    if spec is None or spec == "synthetic" or spec.startswith("synthetic:"):
+    if spec is None or is_synthetic(spec):
         samples = synthetic_samples if spec is None or spec == "synthetic" else synthetic_size(spec)
         root = ensure_synthetic(samples, DEFAULT_SEED)
         return ImageFolderSource(root, kind="synthetic", max_bytes=bounds.max_bytes,
@@ -68,26 +68,63 @@ def synthetic_size(spec: str) -> int:
     return int(text)
 
 
-def held_out_split(source: ImageCaptionSource, batch_size: int, fraction: float = 0.1, limit: int | None = None
+#: The synthetic sets' evaluation split: generated apart from every training set (its own seed), never trained on.
+EVAL_SYNTHETIC_SAMPLES = 512
+EVAL_SYNTHETIC_SEED = 1
+
+
+def is_synthetic(spec: str | None) -> bool:
+    return spec is None or spec == "synthetic" or spec.startswith("synthetic:")
+
+
+def open_evaluation_source(spec: str | None, bounds: ImageBounds | None = None) -> ImageCaptionSource | None:
+    """The separate evaluation set of a synthetic dataset (:data:`EVAL_SYNTHETIC_SAMPLES` pairs drawn with
+    :data:`EVAL_SYNTHETIC_SEED`, generated once and cached); ``None`` for other datasets, which hold out a share of
+    their own samples (:func:`held_out_split`)."""
+    if not is_synthetic(spec):
+        return None
+    root = ensure_synthetic(EVAL_SYNTHETIC_SAMPLES, EVAL_SYNTHETIC_SEED)
+    return ImageFolderSource(root, kind="synthetic-eval", max_bytes=(bounds or ImageBounds.of(None, None)).max_bytes,
+                             facts={"generation": generation_facts(root)})
+
+
+class NoHeldOutSplit(DatasetError):
+    """The dataset cannot spare held-out samples, so a quality target cannot be judged on it."""
+
+
+def held_out_split(source: ImageCaptionSource, batch_size: int, fraction: float = 0.1, limit: int | None = None,
+                   evaluation: ImageCaptionSource | None = None, need_held_out: bool = False
                    ) -> tuple[ImageCaptionSource, ImageCaptionSource, str]:
-    """(training samples, held-out samples, what the split is): a deterministic ``fraction`` held out by name
-    (:func:`workloads.bridgetower.evaluation.held_out_indices`), of which the first ``limit`` are evaluated
-    (``--eval-samples``; all by default). A dataset too small to give up any sample and still fill a batch is
-    evaluated on its training samples, and the description says so."""
+    """(training samples, evaluated samples, what the split is). With a separate ``evaluation`` set (the synthetic
+    data's), training uses every sample. Otherwise a deterministic ``fraction`` is held out by image content
+    (:func:`workloads.bridgetower.evaluation.held_out_indices`: a repeated picture is on one side only). Of the
+    held-out samples the first ``limit`` are evaluated (``--eval-samples``; all by default). A dataset too small to
+    give up any sample and still fill a batch is evaluated on its training samples, and the description says so;
+    with ``need_held_out`` (a quality target) it is refused instead (:class:`NoHeldOutSplit`)."""
     from workloads.bridgetower.data.hub import SourceSubset
     from workloads.bridgetower.evaluation import held_out_indices
 
-    names = [source.sample_key(i) for i in range(len(source))]  # inside the dataset: the same on every machine
-    held = held_out_indices(names, fraction)
+    if evaluation is not None:
+        evaluated = evaluation if limit is None else SourceSubset(evaluation, list(range(min(limit, len(evaluation)))),
+                                                                  "eval")
+        return source, evaluated, (f"a separate evaluation set: {len(evaluation)} synthetic pairs generated with their "
+                                   f"own seed ({EVAL_SYNTHETIC_SEED}), never trained on; training uses all "
+                                   f"{len(source)} samples" + _limited(limit, len(evaluated)))
+    held = held_out_indices([source.content_key(i) for i in range(len(source))], fraction)
     kept = sorted(set(range(len(source))) - set(held))
     if len(kept) < batch_size or len(held) < 2:
+        if need_held_out:
+            raise NoHeldOutSplit(
+                f"--target-quality needs held-out samples, and this dataset's {len(source)} cannot spare them and "
+                f"still fill a batch of {batch_size}: use a larger dataset (or the synthetic one, which has its own "
+                "evaluation set)")
         evaluated = source if limit is None else SourceSubset(source, list(range(min(limit, len(source)))), "eval")
         return source, evaluated, (f"training samples: {len(source)} samples cannot spare a held-out split and still "
                                    f"fill a batch of {batch_size}" + _limited(limit, len(evaluated)))
     evaluated_held = held if limit is None else held[:limit]
     return (SourceSubset(source, kept, "train"), SourceSubset(source, evaluated_held, "held-out"),
-            f"held out: {len(held)} of {len(source)} samples ({fraction:.0%}, the lowest sha256 of their names within "
-            "the dataset)" + _limited(limit, len(evaluated_held)))
+            f"held out: {len(held)} of {len(source)} samples ({len(held) / len(source):.0%}: the images whose content "
+            "hashes lowest, a repeated image on one side only)" + _limited(limit, len(evaluated_held)))
 
 
 def _limited(limit: int | None, evaluated: int) -> str:

@@ -101,6 +101,9 @@ class SourceSubset(ImageCaptionSource):
     def sample_key(self, index: int) -> str:
         return self.source.sample_key(self.indices[index])
 
+    def content_key(self, index: int) -> str:
+        return self.source.content_key(self.indices[index])
+
     def describe(self) -> dict[str, Any]:
         return {**self.source.describe(), "split": self.role, "num_samples": len(self)}
 

@@ -1,15 +1,9 @@
 """Where (encoded image, caption) pairs come from.
 
-``--dataset`` selects one of:
-
-* ``synthetic`` (default): the deterministic local set of :mod:`.synthetic`;
-* ``newyorker``: the published dataset, ``jmhessel/newyorker_caption_contest`` config ``matching`` at the
-  pinned revision, through the ``datasets`` library (needs network and the ``hub`` extra);
-* a folder path in the Hugging Face ``imagefolder`` layout: image files plus ``metadata.jsonl`` (at the
-  root or in ``train/``) with ``file_name`` and the caption column.
-
-Sources hand out *encoded* bytes; decoding happens in the loader (CPU workers or the device).
-:func:`workloads.bridgetower.data.catalog.open_source` picks the source a ``--dataset`` names.
+``--dataset`` selects the deterministic local set of :mod:`.synthetic` (default), the published dataset
+(``newyorker``, :mod:`.hub`) or a folder in the Hugging Face ``imagefolder`` layout: image files plus
+``metadata.jsonl`` (at the root or in ``train/``) with ``file_name`` and the caption column; its picker is
+:func:`workloads.bridgetower.data.catalog.open_source`. Sources hand out *encoded* bytes: the loader decodes.
 """
 
 from __future__ import annotations
@@ -51,9 +45,15 @@ class ImageCaptionSource(ABC):
         """How error messages name sample ``index`` (its file path, or dataset[split][index])."""
 
     def sample_key(self, index: int) -> str:
-        """What identifies sample ``index`` within the dataset, wherever the dataset lies (its file name inside the
-        folder, or split and index): the held-out split hashes it, so it must not depend on the machine."""
+        """What names sample ``index`` within the dataset wherever it lies (file name in the folder, split + index)."""
         return self.name_of(index)
+
+    def content_key(self, index: int) -> str:
+        """The held-out split's key: the image's sha256 (a repeated picture on one side only), else its sample key."""
+        try:
+            return hashlib.sha256(self.read_bytes(index)).hexdigest()
+        except (DatasetError, OSError):
+            return f"unreadable:{self.sample_key(index)}"
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:
@@ -154,6 +154,7 @@ class ImageFolderSource(ImageCaptionSource):
         self.metadata_path = metadata
         self._entries = self._read(metadata, strict_files)
         self._fingerprint: dict[str, Any] | None = None
+        self._file_digests: list[str] = []  # per sample, from fingerprint(): the split's content keys
         self.fingerprint_cache: dict[str, int] = {}  # file digests reused / computed by the last fingerprint
 
     def _entry_path(self, where: str, file_name: Any) -> Path:
@@ -264,6 +265,8 @@ class ImageFolderSource(ImageCaptionSource):
             return dict(self._fingerprint)
         from workloads.bridgetower.data.file_hashes import FileHashes
 
+        self._file_digests = []
+
         hashes = FileHashes(self.root)
         digest = hashlib.sha256()
         for index, entry in enumerate(self._entries):
@@ -276,12 +279,19 @@ class ImageFolderSource(ImageCaptionSource):
             except (DatasetError, OSError):
                 file_hash = "unreadable"  # fails the run when loaded, or is skipped with --skip-bad-samples
             name = entry.path.relative_to(self.metadata_path.parent).as_posix()
+            self._file_digests.append(file_hash if file_hash != "unreadable" else f"unreadable:{name}")
             digest.update(f"{name}\t{file_hash}\t{entry.caption}\n".encode())
         hashes.save()
         self.fingerprint_cache = {"hits": hashes.hits, "misses": hashes.misses}
         self._fingerprint = {"method": "sha256(file_name, sha256(file), caption per sample)",
                              "sha256": digest.hexdigest(), "num_samples": len(self)}
         return dict(self._fingerprint)
+
+    def content_key(self, index: int) -> str:
+        if not self._file_digests:  # the file's sha256 as the fingerprint computes it (cached, see .file_hashes)
+            self._fingerprint = None
+            self.fingerprint()
+        return self._file_digests[index]
 
     def _readable_as_is(self, path: Path, info: os.stat_result) -> bool:
         """Whether :meth:`read_bytes` would read ``path`` (stat ``info``) without refusing it."""

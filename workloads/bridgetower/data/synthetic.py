@@ -20,7 +20,9 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-GENERATOR_VERSION = 2  # 2: the caption names what is drawn (paper tint, figures, window), so it can be learned
+#: 2: the caption names what is drawn (paper tint, figures, window), so it can be learned; 3: and the rug's colour,
+#: so that a model can tell 192 kinds of scene apart (recall@1 over 512 held-out pairs can rise far above chance)
+GENERATOR_VERSION = 3
 DEFAULT_SAMPLES = 512
 DEFAULT_SEED = 0
 CAPTION_COLUMN = "image_description"
@@ -42,12 +44,17 @@ _DETAILS = ["A clock on the wall shows midnight.", "The window shows a city skyl
 PAPERS: dict[str, tuple[int, int, int]] = {"cream": (246, 240, 222), "blue": (186, 208, 242),
                                            "pink": (244, 196, 208), "green": (196, 234, 196)}
 _COUNTS = {1: "One figure", 2: "Two figures", 3: "Three figures"}
+#: Rug colours (RGB), named in the caption.
+RUGS: dict[str, tuple[int, int, int]] = {"red": (200, 40, 40), "orange": (235, 140, 30), "yellow": (230, 210, 40),
+                                         "green": (40, 150, 60), "teal": (30, 150, 150), "purple": (120, 50, 160),
+                                         "black": (30, 30, 30), "brown": (120, 75, 35)}
 
 
-def caption_for(rng: random.Random, paper: str, figures: int, window: bool) -> str:
-    """What is drawn (learnable: paper tint, number of figures, a window or not), then a New-Yorker-like scene."""
+def caption_for(rng: random.Random, paper: str, figures: int, window: bool, rug: str) -> str:
+    """What is drawn (learnable: paper tint, number of figures, a window or not, the rug's colour), then a
+    New-Yorker-like scene."""
     setting = ", by a window" if window else ""
-    return (f"{_COUNTS[figures]} on {paper} paper{setting}. {rng.choice(_PEOPLE).capitalize()} "
+    return (f"{_COUNTS[figures]} on {paper} paper{setting}, on a {rug} rug. {rng.choice(_PEOPLE).capitalize()} "
             f"{rng.choice(_ACTIONS)} {rng.choice(_OTHERS)} {rng.choice(_PLACES)}. {rng.choice(_DETAILS)}")
 
 
@@ -83,9 +90,12 @@ def _figure(draw: ImageDraw.ImageDraw, rng: random.Random, w: int, h: int, where
                    (cx + side * head * rng.uniform(1.5, 3.5), hip + rng.uniform(-head, head))], fill=ink, width=width)
 
 
-def _room(draw: ImageDraw.ImageDraw, rng: random.Random, w: int, h: int, window: bool) -> None:
+def _room(draw: ImageDraw.ImageDraw, rng: random.Random, w: int, h: int, window: bool, rug: str) -> None:
     floor = rng.uniform(0.6 * h, 0.8 * h)
     draw.line([(0, floor), (w, floor)], fill=_ink(rng), width=2)
+    x0, depth = rng.uniform(0.05 * w, 0.3 * w), rng.uniform(0.1 * h, 0.15 * h)  # a wide rug on the floor
+    draw.rectangle([x0, floor + 0.02 * h, x0 + rng.uniform(0.55 * w, 0.65 * w), floor + 0.02 * h + depth],
+                   fill=RUGS[rug], outline=_ink(rng), width=2)
     if window:  # a large dark window with panes, upper part of the scene
         x0, y0 = rng.uniform(0.05 * w, 0.55 * w), rng.uniform(0.05 * h, 0.15 * h)
         x1, y1 = x0 + rng.uniform(0.3 * w, 0.4 * w), y0 + rng.uniform(0.3 * h, 0.4 * h)
@@ -97,22 +107,24 @@ def _room(draw: ImageDraw.ImageDraw, rng: random.Random, w: int, h: int, window:
 
 
 def draw_cartoon(index: int, seed: int = DEFAULT_SEED) -> tuple[Image.Image, str]:
-    """The image and caption of sample ``index`` (pure function of the arguments): figures, furniture and ink
-    on tinted paper; the caption names the tint, the number of figures and whether a window is drawn."""
+    """The image and caption of sample ``index`` (pure function of the arguments): figures, furniture, a rug and
+    ink on tinted paper; the caption names the tint, the number of figures, whether a window is drawn and the
+    rug's colour."""
     rng = random.Random(f"newyorker-synthetic-v{GENERATOR_VERSION}-{seed}-{index}")
     width, height = rng.randint(480, 800), rng.randint(400, 720)
     paper = rng.choice(list(PAPERS))
     figures = rng.randint(1, 3)
     window = rng.random() < 0.5
+    rug = rng.choice(list(RUGS))
     tint = tuple(max(0, min(255, c + rng.randint(-6, 6))) for c in PAPERS[paper])
     image = Image.new("RGB", (width, height), tint)
     draw = ImageDraw.Draw(image)
-    _room(draw, rng, width, height, window)
+    _room(draw, rng, width, height, window, rug)
     for slot in range(figures):  # spread over the width, so that they can be counted
         _figure(draw, rng, width, height, (slot + 0.5) / figures)
     for _ in range(rng.randint(3, 10)):
         _squiggle(draw, rng, width, height)
-    return image, caption_for(rng, paper, figures, window)
+    return image, caption_for(rng, paper, figures, window, rug)
 
 
 #: Written beside metadata.jsonl: how the set was made and how long it took (read back by :func:`generation_facts`).
