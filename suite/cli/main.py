@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Sequence
 
-from suite.cli import audit, benches, export, inspect, measure, records
+from suite.cli import audit, benches, export, inspect, measure, mlperf, records, score
 from suite.errors import SuiteError
 from suite.text import visible
 
@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_parsers(sub)
     records.add_parsers(sub)
     export.add_parsers(sub)
+    mlperf.add_parsers(sub)
+    score.add_parsers(sub)
     inspect.add_parsers(sub)
     for command in sub.choices.values():  # `--worker 0` is not `--workers 0`: an option is spelled out
         command.allow_abbrev = False

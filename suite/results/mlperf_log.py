@@ -21,7 +21,8 @@ from typing import Any
 
 from mlperf_logging.mllog import constants
 
-RULESET = Path(__file__).parent / "rules" / "suite_training_1.0.0.yaml"
+#: The entry file of our ruleset (MLCommons' format): common rules, then the benchmark's file for the log's division.
+RULESET = Path(__file__).parent / "rules" / "bridgetower_1.0.0" / "common.yaml"
 #: mllog intervals end with a different key than they start with.
 START_OF = {constants.INIT_STOP: constants.INIT_START, constants.RUN_STOP: constants.RUN_START,
             constants.BLOCK_STOP: constants.BLOCK_START, constants.EPOCH_STOP: constants.EPOCH_START,
@@ -93,10 +94,11 @@ class MlperfLog:
             self._open.remove(start)
             self._mllog.end(key=key, value=value, metadata=metadata)
 
-    def abort(self) -> None:
-        """End every open interval, innermost first, with status ``aborted``."""
+    def abort(self, reason: str) -> None:
+        """End every open interval, innermost first, with status ``aborted`` and the ``reason`` (MLPerf's rules ask an
+        aborted run to say why)."""
         for start in reversed(list(self._open)):
-            self.end(STOP_OF.get(start, start), metadata={"status": "aborted"})
+            self.end(STOP_OF.get(start, start), metadata={"status": "aborted", "reason": reason})
 
     def close(self) -> None:
         """Flush and close; raises if an interval was left open."""
@@ -224,3 +226,35 @@ def check_stock_common(log_path: str | Path, ruleset: str | None = None) -> Stoc
     if not loglines:
         problems.append("no MLLOG lines")
     return StockCheck(ruleset, tuple(problems), tuple(checker.warnings.values()), enqueued)
+
+
+@dataclass(frozen=True)
+class RunInterval:
+    """What MLPerf's result summarizer reads of a log: run_start and run_stop (ms) and run_stop's status."""
+
+    start_ms: float
+    stop_ms: float
+    status: str
+
+    @property
+    def minutes(self) -> float:
+        return (self.stop_ms - self.start_ms) / 60_000
+
+
+def run_interval(log_path: str | Path, ruleset: str | None = None) -> RunInterval:
+    """run_start -> run_stop of ``log_path``, read with the checker's own parser; a :class:`ValueError` saying what
+    is missing (no file, no run_start, no run_stop, no status)."""
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+
+    path = Path(log_path)
+    if not path.is_file():
+        raise ValueError(f"no mlperf.log at {path}")
+    loglines, _ = parse_file(str(path), ruleset=ruleset or newest_training_ruleset())
+    found = {line.key: line for line in reversed(loglines) if line.key in ("run_start", "run_stop")}
+    for key in ("run_start", "run_stop"):
+        if key not in found:
+            raise ValueError(f"{path.name} has no {key}")
+    status = (found["run_stop"].value.get("metadata") or {}).get("status")
+    if not isinstance(status, str):
+        raise ValueError(f"{path.name}: run_stop has no status")
+    return RunInterval(float(found["run_start"].timestamp), float(found["run_stop"].timestamp), status)

@@ -276,6 +276,11 @@ class ResultsStore:
             return None
         return load_manifest(folder / "manifest.json")
 
+    def mlperf_log_of(self, result: RunResult) -> Path | None:
+        """The run's MLPerf log in this folder (``None`` if the run has no folder; the path may not exist)."""
+        folder = self.run_folder(result)
+        return None if folder is None else RunFiles(self.root, folder.name).mllog
+
     def runs_on_disk(self) -> Iterator[tuple[RunFiles, RunResult | None, dict[str, Any] | None]]:
         """Every ``runs/<name>/`` folder with its result.json (validated; ``None`` if absent) and run.json."""
         runs = self.root / RUNS_DIR

@@ -83,7 +83,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, none lost
         run.failed(exc)
     except BaseException:  # interrupted: close the MLPerf log's intervals, then let it propagate
-        run.mlperf.abort()
+        run.mlperf.abort("interrupted")
         raise
     finally:
         run.close()
@@ -172,7 +172,7 @@ class _Execution:
         log_traceback()
         if self.workload is not None:
             record_observed_loader(self.result, self.workload)
-        self.mlperf.abort()
+        self.mlperf.abort(self.result.reason or "failed")
 
     def close(self) -> None:
         """Set-up figures into the result, the MLPerf log closed, workload and device torn down, the process group

@@ -66,6 +66,8 @@ def log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any, ran
     for key, value in workload.mlperf_hyperparameters().items():
         mlperf.event(key, value)
     mlperf.event(constants.MAX_STEPS, config.total_steps)  # warm-up and the most measured steps
+    mlperf.event("quality_target", config.target_quality, metadata={"metric": "eval_accuracy",
+                                                                    "null": "a throughput measurement"})
     mlperf.event("eval_frequency_steps", evaluation_every(config) or 0, metadata={"also": "at the end of every run",
                                                                "unit": "measured steps; 0: at the end only"})
     for key in ("device", "num_workers", "loader", "precision", "warmup_steps", "steps"):

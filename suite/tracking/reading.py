@@ -15,6 +15,7 @@ from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.results.files import read_json, read_results_file, read_scores_file, validate_result
 from suite.results.manifest import MANIFEST_FILE, load_manifest
+from suite.results.mlperf_log import RunInterval, run_interval
 from suite.results.record import FINISHED, RunResult
 from suite.tracking import mlflow_gateway as tags
 from suite.tracking.metric_names import suite_metrics
@@ -179,3 +180,23 @@ def run_rows(gateway: Any, experiment: str) -> list[dict[str, Any]]:
                          "ended_at": (run.info.end_time or 0) / 1000 or None, **flatten("config", config.to_dict()),
                          **suite_metrics(run.data.metrics), **flatten("facts", facts)})
     return rows
+
+
+def time_to_train_records(gateway: Any, run_id: str) -> list[tuple[RunResult, dict[str, Any] | None,
+                                                                    RunInterval | str]]:
+    """Each configuration run of a matrix run (or the one configuration run) with its manifest and what its
+    ``mlperf.log`` artifact says of run_start -> run_stop (a string: why it cannot be read, e.g. no such artifact)."""
+    results, manifests, _ = matrix_records(gateway, run_id)
+    records: list[tuple[RunResult, dict[str, Any] | None, RunInterval | str]] = []
+    with tempfile.TemporaryDirectory(prefix="suite-score-") as workdir:
+        for result, manifest in zip(results, manifests, strict=True):
+            interval: RunInterval | str = "no MLflow run id recorded, so no mlperf.log to read"
+            if result.mlflow_run_id:
+                path = gateway.download_artifact(result.mlflow_run_id, "mlperf.log",
+                                                 Path(workdir) / result.mlflow_run_id)
+                try:
+                    interval = run_interval(path) if path else "no mlperf.log artifact"
+                except ValueError as exc:
+                    interval = str(exc)
+            records.append((result, manifest, interval))
+    return records
