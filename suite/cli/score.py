@@ -22,7 +22,7 @@ from suite.analysis.time_to_train import (
 from suite.cli.display import say
 from suite.cli.options import looks_like_run_id
 from suite.errors import SuiteError
-from suite.results.mlperf_log import RunInterval, run_interval
+from suite.results.mlperf_log import RunInterval, interval_or_reason
 from suite.results.record import RunResult
 from suite.results.store import ResultsStore
 from suite.text import visible
@@ -61,11 +61,7 @@ def _entries(args: argparse.Namespace) -> list[Entry]:
         if Path(target).is_dir():
             store = ResultsStore(Path(target))
             for result in store.results():
-                log = store.mlperf_log_of(result)
-                try:
-                    interval: RunInterval | str = run_interval(log) if log else "no run folder"
-                except ValueError as exc:
-                    interval = str(exc)
+                interval = interval_or_reason(store.mlperf_log_of(result), "no run folder")
                 entries.append((result, store.manifest_of(result), interval, f"{target} {result.config.config_id}"))
         elif looks_like_run_id(target):
             from suite.tracking.mlflow_gateway import MlflowGateway
@@ -126,9 +122,9 @@ def _print_score(name: str, score: Score, ignored: int) -> None:
         say(visible(f"  seed {run.seed}: {figures}" + (f" ({run.problem})" if run.problem else "")
                     + f"  [{run.label}]"))
     if score.rcp is not None:
-        say(f"  reference (RCP): {score.rcp.source}: mean {score.rcp.mean:.1f} steps, smallest acceptable mean "
-            f"{score.rcp.min_acceptable_mean:.1f}" + (f"; these runs: {score.submission_mean_steps:.1f}"
-                                                      if score.submission_mean_steps is not None else ""))
+        say(visible(f"  reference (RCP): {score.rcp.source}: mean {score.rcp.mean:.1f} steps, smallest acceptable "
+                    f"mean {score.rcp.min_acceptable_mean:.1f}" + (f"; these runs: {score.submission_mean_steps:.1f}"
+                                                                   if score.submission_mean_steps is not None else "")))
     say(visible(f"  RCP check: {score.rcp_verdict}"))
     if score.minutes is not None:
         say(f"  score: {score.minutes:.4f} min (olympic average of {len(score.runs)} runs: the fastest and the "

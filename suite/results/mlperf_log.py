@@ -258,3 +258,14 @@ def run_interval(log_path: str | Path, ruleset: str | None = None) -> RunInterva
     if not isinstance(status, str):
         raise ValueError(f"{path.name}: run_stop has no status")
     return RunInterval(float(found["run_start"].timestamp), float(found["run_stop"].timestamp), status)
+
+
+def interval_or_reason(log_path: str | Path | None, missing: str) -> RunInterval | str:
+    """:func:`run_interval` of ``log_path``, or why it cannot be read (``missing`` where there is no path at all):
+    scoring lists the reason beside the run instead of failing the whole set."""
+    if log_path is None:
+        return missing
+    try:
+        return run_interval(log_path)
+    except ValueError as exc:
+        return str(exc)

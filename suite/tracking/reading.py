@@ -15,7 +15,7 @@ from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.results.files import read_json, read_results_file, read_scores_file, validate_result
 from suite.results.manifest import MANIFEST_FILE, load_manifest
-from suite.results.mlperf_log import RunInterval, run_interval
+from suite.results.mlperf_log import RunInterval, interval_or_reason
 from suite.results.record import FINISHED, RunResult
 from suite.tracking import mlflow_gateway as tags
 from suite.tracking.metric_names import suite_metrics
@@ -194,9 +194,6 @@ def time_to_train_records(gateway: Any, run_id: str) -> list[tuple[RunResult, di
             if result.mlflow_run_id:
                 path = gateway.download_artifact(result.mlflow_run_id, "mlperf.log",
                                                  Path(workdir) / result.mlflow_run_id)
-                try:
-                    interval = run_interval(path) if path else "no mlperf.log artifact"
-                except ValueError as exc:
-                    interval = str(exc)
+                interval = interval_or_reason(path, "no mlperf.log artifact")
             records.append((result, manifest, interval))
     return records
