@@ -57,6 +57,7 @@ def standin_cuda(monkeypatch):
     monkeypatch.setattr(cuda, "reset_peak_memory_stats", lambda d=None: calls.record("reset_peak_memory_stats"))
     monkeypatch.setattr(cuda, "max_memory_allocated", lambda d=None: 123 * 2**20)
     monkeypatch.setattr(cuda, "max_memory_reserved", lambda d=None: 200 * 2**20)
+    monkeypatch.setattr(cuda, "memory_allocated", lambda d=None: 100 * 2**20)
     monkeypatch.setattr(cuda, "is_bf16_supported", lambda: True)
     props = types.SimpleNamespace(name=state["name"], major=9, minor=0, total_memory=80 * 2**30)
     monkeypatch.setattr(cuda, "get_device_properties", lambda d: props)
@@ -109,6 +110,7 @@ def test_cuda_contract_sync_seed_memory_and_facts(standin_cuda, monkeypatch):
     assert memory.peak_bytes == 123 * 2**20
     assert memory.source == "torch.cuda.max_memory_allocated; driver view: NVML, this process"
     assert memory.extra == {"reserved_peak": 200 * 2**20, "nvml_process_used_at_end": 300 * 2**20}
+    assert adapter.memory().current_bytes() == 100 * 2**20  # torch.cuda.memory_allocated: the trend's series
     info = adapter.facts()
     assert info["device_name"] == "NVIDIA H100 80GB HBM3" and info["driver_version"] == "570.86"
     assert info["peak_bf16_flops"] == pytest.approx(989.4e12) and info["compute_capability"] == "9.0"
@@ -294,6 +296,7 @@ def test_gaudi2_contract_lazy_mode_sync_seed_memory_and_optimizer(standin_habana
     memory = adapter.memory().peak()
     assert memory.peak_bytes == 5 * 2**30
     assert memory.extra == {"allocator_limit": 94 * 2**30, "hlml_device_used_at_end": 9 * 2**30}
+    assert adapter.memory().current_bytes() == 3 * 2**30  # hpu.memory_allocated: the trend's series
     params_recorded = run_params(adapter)
     assert params_recorded["hpu.mode"] == "lazy" and "FusedAdamW" in params_recorded["hpu.optimizer"]
     assert params_recorded["hpu.PT_HPU_LAZY_MODE"] == "1" and params_recorded["hpu.PT_HPU_LAZY_MODE_found"] == "unset"

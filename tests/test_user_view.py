@@ -35,6 +35,7 @@ def test_an_80_column_terminal_gets_no_longer_line_and_every_configuration_its_c
         assert 0 < metrics["host_cpu_cores_trainer"] <= metrics["host_cores_available"] + 0.5
         assert (metrics["host_cpu_cores_loader_workers"] > 0) == (run["config"]["num_workers"] > 0)
         assert f"{metrics['host_cores_available']:g} core" in said
+        assert run["facts"]["memory_trend"] in ("plateau", "growing", "inconclusive")  # issue 31: leak or plateau
     report = (tmp_path / "out" / "report.md").read_text()
     assert "What bounded each configuration" in report and report.count(": 2 core") + report.count(": 1 core") >= 2
 

@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from suite.analysis import memory_trend
 from suite.analysis.scoring import score_values
 from suite.config import RunConfig
 from suite.errors import SuiteError
@@ -35,6 +36,9 @@ class Row:
     aggregation: str = "one run"
     #: which result set the row comes from, where several are compared (see :func:`label_sets`)
     set_label: str = ""
+    #: plateau / growing / inconclusive over its runs' measured windows, host and device (the worst of them);
+    #: ``None`` where no run recorded one (see suite.analysis.memory_trend)
+    memory_trend: str | None = None
 
     @property
     def config_id(self) -> str:
@@ -53,6 +57,7 @@ class Row:
 
     def as_dict(self) -> dict[str, Any]:
         return {"config_id": self.config_id, "label": self.label, "contended": self.contended,
+                "memory_trend": self.memory_trend,
                 "config": self.config.to_dict(),
                 "metrics": self.metrics, "runs": self.runs, "unfinished_runs": self.unfinished_runs,
                 "aggregation": self.aggregation, "mlflow_run_ids": list(self.mlflow_run_ids),
@@ -96,8 +101,10 @@ def rows_of(groups: Iterable[RowGroup]) -> list[Row]:
             merged["throughput_ci95_low"], merged["throughput_ci95_high"] = bootstrap_mean_ci(values)
             aggregation = (f"{len(values)} runs: throughput {method}, its 95 % interval over the runs; other metrics: "
                            "median")
+        trend = memory_trend.worst(memory_trend.verdict_from_metrics(m, prefix) for m in group.metrics
+                                   for prefix in ("memory", "device_memory"))
         rows.append(Row(group.config, merged, len(group.metrics), group.unfinished, tuple(group.run_ids),
-                        tuple(dict.fromkeys(group.parents)), aggregation))
+                        tuple(dict.fromkeys(group.parents)), aggregation, memory_trend=trend))
     return sorted(rows, key=_sort_key)
 
 

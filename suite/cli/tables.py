@@ -35,7 +35,8 @@ def print_results_table(results: Sequence[RunResult]) -> None:
     table = Table(title="results")
     table.add_column("configuration", no_wrap=True)
     table.add_column("status", overflow="fold", max_width=60)
-    for column in ("samples/s", "p50 ms", "p99 ms", "data-wait", "device peak MiB", "host PSS MiB", "host RSS MiB"):
+    for column in ("samples/s", "p50 ms", "p99 ms", "data-wait", "device peak MiB", "host PSS MiB", "host RSS MiB",
+                   "memory"):
         table.add_column(column, justify="right")
     for result in results:
         label = result.config.describe() + (f" #{result.repeat}" if result.repeat else "")
@@ -44,9 +45,10 @@ def print_results_table(results: Sequence[RunResult]) -> None:
             table.add_row(_plain(label), result.status, _fmt(m, "throughput_samples_per_s", pattern="{:.1f}"),
                           _fmt(m, "step_time_p50_s", 1000), _fmt(m, "step_time_p99_s", 1000),
                           _fmt(m, "data_wait_fraction", pattern="{:.0%}"), _fmt(m, "device_peak_memory_bytes", 1 / MiB),
-                          _fmt(m, "host_ram_peak_pss_bytes", 1 / MiB), _fmt(m, "host_ram_peak_rss_bytes", 1 / MiB))
+                          _fmt(m, "host_ram_peak_pss_bytes", 1 / MiB), _fmt(m, "host_ram_peak_rss_bytes", 1 / MiB),
+                          str(result.facts.get("memory_trend") or "-"))
         else:
-            table.add_row(_plain(label), _plain(f"{result.status}: {result.reason}"), *["-"] * 7)
+            table.add_row(_plain(label), _plain(f"{result.status}: {result.reason}"), *["-"] * 8)
     wide_console().print(table)
     _print_results_notes(results)
 
@@ -64,7 +66,8 @@ def _print_results_blocks(results: Sequence[RunResult]) -> None:
             f"p50 {_fmt(m, 'step_time_p50_s', 1000)} ms, p99 {_fmt(m, 'step_time_p99_s', 1000)} ms, "
             f"data-wait {_fmt(m, 'data_wait_fraction', pattern='{:.0%}')}, device peak "
             f"{_fmt(m, 'device_peak_memory_bytes', 1 / MiB)} MiB, host PSS "
-            f"{_fmt(m, 'host_ram_peak_pss_bytes', 1 / MiB)} MiB, RSS {_fmt(m, 'host_ram_peak_rss_bytes', 1 / MiB)} MiB")
+            f"{_fmt(m, 'host_ram_peak_pss_bytes', 1 / MiB)} MiB, RSS {_fmt(m, 'host_ram_peak_rss_bytes', 1 / MiB)} "
+            f"MiB, memory {result.facts.get('memory_trend') or '-'}")
     _print_results_notes(results)
 
 
@@ -124,7 +127,7 @@ def print_compare_table(rows: Sequence[Any], base: Any, ratios: Sequence[float])
     table = Table(title=f"configurations (speed-up over {base.label})")
     table.add_column("configuration", justify="left")
     for column in ("runs", "samples/s", "95% interval", "speed-up", "quality", "p50 ms", "data-wait",
-                   "device peak MiB", "host PSS MiB", "host RSS MiB"):
+                   "device peak MiB", "host PSS MiB", "host RSS MiB", "memory"):
         table.add_column(column, justify="right")
     for row, ratio in zip(rows, ratios, strict=True):
         m = row.metrics
@@ -136,7 +139,7 @@ def print_compare_table(rows: Sequence[Any], base: Any, ratios: Sequence[float])
                       _fmt(m, "eval_accuracy", pattern="{:.3f}"),
                       _fmt(m, "step_time_p50_s", 1000), _fmt(m, "data_wait_fraction", pattern="{:.0%}"),
                       _fmt(m, "device_peak_memory_bytes", 1 / MiB), _fmt(m, "host_ram_peak_pss_bytes", 1 / MiB),
-                      _fmt(m, "host_ram_peak_rss_bytes", 1 / MiB))
+                      _fmt(m, "host_ram_peak_rss_bytes", 1 / MiB), row.memory_trend or "-")
     wide_console().print(table)
     if any(row.config.device == "cpu" for row in rows):
         print(DEVICE_MEMORY_NOTE)

@@ -131,6 +131,11 @@ class CudaMemory(MemoryMeter):
         return DeviceMemory(peak_bytes=int(torch.cuda.max_memory_allocated(device)),
                             source=f"torch.cuda.max_memory_allocated; driver view: {how}", extra=extra)
 
+    def current_bytes(self) -> int | None:
+        import torch
+
+        return int(torch.cuda.memory_allocated(self.adapter.torch_device))  # the allocator's count: no sync
+
     def _driver_memory(self) -> tuple[dict[str, int], str]:
         """The driver's view (NVML has no peak: read at the end): this process's memory; where NVML cannot match the
         process (a container's PIDs are not the host's), the device's used memory, named as such; and what was read

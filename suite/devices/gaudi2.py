@@ -157,6 +157,10 @@ class HabanaMemory(MemoryMeter):
                             extra=extra)
 
 
+    def current_bytes(self) -> int | None:
+        return int(_hpu().memory_allocated())
+
+
 def card_facts(local_rank: int) -> dict[str, Any]:
         """HLML's view of this process's card (module id, PCI bus id, used and total bytes), or why there is none."""
         try:

@@ -152,6 +152,11 @@ class MemoryMeter(ABC):
     def peak(self) -> DeviceMemory | None:
         """Peak device memory since :meth:`reset_peak`, or ``None`` if it cannot be read."""
 
+    def current_bytes(self) -> int | None:
+        """Device memory in use now (read after every measured step for the memory trend: it must not synchronize
+        the device), or ``None`` where the device has no memory of its own or it cannot be read cheaply."""
+        return None
+
 
 class DeviceDecoders:
     """The decoders (``suite.decoders`` entry points) that serve the adapter's on-device loaders, one instance per

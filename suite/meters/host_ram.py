@@ -24,6 +24,8 @@ class HostRamPeak:
     peak_pss_bytes: int | None  # None where the OS gives no PSS (non-Linux)
     max_processes: int
     samples: int
+    #: (time.monotonic(), RSS sum) over the run, thinned evenly past :data:`SERIES_CAP` samples: the memory trend
+    rss_series: tuple[tuple[float, int], ...] = ()
 
 
 def process_tree(root: psutil.Process) -> list[psutil.Process]:
@@ -89,6 +91,9 @@ TREE_REFRESH_MAX_S = 2.0
 PSS_ON_RSS_GROWTH = 0.05
 #: Share of one core the PSS readings may take in a steady state; they are spaced out to stay within it.
 PSS_CPU_BUDGET = 0.005
+#: Most (time, RSS) samples kept for the memory trend: past it, every other one is dropped and from then on only every
+#: other sample is kept (the spacing doubles), so a long run keeps an even series of bounded size.
+SERIES_CAP = 4096
 
 
 class HostRamSampler:
@@ -127,6 +132,9 @@ class HostRamSampler:
         self._tree_listed = 0.0
         self._tree_wait = TREE_REFRESH_S
         self.tree_listings = 0
+        self._series: list[tuple[float, int]] = []
+        self._series_stride = 1
+        self._series_skipped = 0
 
     def sample_now(self, with_pss: bool = True) -> None:
         """One sample; the process tree is listed anew when its refresh wait is over."""
@@ -138,6 +146,7 @@ class HostRamSampler:
             return
         self._samples += 1
         self._last_rss = rss
+        self._keep(now, rss)
         self._peak_rss = max(self._peak_rss, rss)
         self._max_procs = max(self._max_procs, procs)
         if not with_pss:
@@ -148,6 +157,22 @@ class HostRamSampler:
             self._peak_pss = None
         else:
             self._peak_pss = max(self._peak_pss, pss)
+
+    def relist_tree(self) -> None:
+        """List the process tree again at the next sample (the runner asks as a measured window starts, so loader
+        workers started in the warm-up are in its memory series from its first sample)."""
+        self._tree = None
+
+    def _keep(self, now: float, rss: int) -> None:
+        """Into the (time, RSS) series, every ``stride``-th sample; thinned by half when full."""
+        self._series_skipped += 1
+        if self._series_skipped < self._series_stride:
+            return
+        self._series_skipped = 0
+        self._series.append((now, rss))
+        if len(self._series) >= SERIES_CAP:
+            del self._series[1::2]
+            self._series_stride *= 2
 
     def _list_tree(self, now: float) -> None:
         tree = process_tree(self._root)
@@ -184,7 +209,7 @@ class HostRamSampler:
         return self.peak()
 
     def peak(self) -> HostRamPeak:
-        return HostRamPeak(self._peak_rss, self._peak_pss, self._max_procs, self._samples)
+        return HostRamPeak(self._peak_rss, self._peak_pss, self._max_procs, self._samples, tuple(self._series))
 
     def __enter__(self) -> "HostRamSampler":
         return self.start()

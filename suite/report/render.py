@@ -12,6 +12,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from suite.analysis import memory_trend
 from suite.analysis.bottleneck import CORE_BOUND, INPUT_BOUND, explanations
 from suite.analysis.compare import THROUGHPUT, Row
 from suite.analysis.published import Alignment
@@ -60,7 +61,7 @@ def _mib(metrics: dict[str, float], key: str) -> str:
 def results_table(content: ReportContent) -> Table:
     table = Table(["device", "loader", "workers", "precision", "engine", "samples/s", "95% interval",
                    "speed-up vs workers=0 loader=cpu", "step p50 ms", "step p99 ms", "data-wait", "host PSS MiB",
-                   "host RSS MiB", "device peak MiB", "eval_accuracy", "runs", "host"], [])
+                   "host RSS MiB", "device peak MiB", "memory trend", "eval_accuracy", "runs", "host"], [])
     for row in content.rows:
         m, c = row.metrics, row.config
         speedup = content.speedups.get(row.config_id)
@@ -79,6 +80,7 @@ def results_table(content: ReportContent) -> Table:
             f"{m['step_time_p99_s'] * 1000:.0f}" if "step_time_p99_s" in m else "-",
             f"{m['data_wait_fraction']:.0%}" if "data_wait_fraction" in m else "-",
             _mib(m, "host_ram_peak_pss_bytes"), _mib(m, "host_ram_peak_rss_bytes"), device_memory,
+            memory_trend.describe(row.memory_trend, m),
             f"{m['eval_accuracy']:.3f}" if "eval_accuracy" in m else "-",
             str(row.runs) + (f" (+{row.unfinished_runs} unfinished)" if row.unfinished_runs else ""),
             "BUSY" if row.contended else "quiet"])

@@ -194,6 +194,8 @@ def _watch(proc: subprocess.Popen, config: RunConfig, files: RunFiles, sink: _Lo
             elif "result" in event:
                 received = event["result"]
             else:
+                if event.get("step") == config.warmup_steps:  # the measured window starts now
+                    sampler.relist_tree()
                 if event.get("compute_done") and compute_done is not None:
                     compute_done()
                 progress.event(config, event)

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from suite.analysis import memory_trend
 from suite.config import RunConfig
 from suite.errors import RecordingError
 from suite.results.files import RunFiles
@@ -86,6 +87,22 @@ def unreported(config: RunConfig, files: RunFiles, watched: Watched, started: fl
     return RunResult(config=config, status=FAILED, reason=reason, started_at=started, ended_at=time.time())
 
 
+def record_memory_trend(result: RunResult, rss_series: Sequence[tuple[float, float]]) -> None:
+    """A finished run's memory trend over its measured window: the host RSS series the runner sampled (metrics
+    ``memory_growth_bytes_per_step``...), with the device's the process fitted (``device_memory_...``), and the
+    verdict of both together as the fact ``memory_trend`` (see :mod:`suite.analysis.memory_trend`)."""
+    window = result.facts.get("measured_window_monotonic_s")
+    steps = int(result.metrics.get("measured_steps", 0))
+    if result.status != FINISHED or not window or steps < 1:
+        return
+    host = memory_trend.fit_timed(rss_series, (float(window[0]), float(window[1])), steps,
+                                  "host RSS of the configuration's processes, sampled by the runner")
+    result.metrics.update(host.metrics("memory"))
+    result.facts["host_memory_trend"] = host.facts()
+    device = result.facts.get("device_memory_trend")
+    result.facts["memory_trend"] = memory_trend.worst([host.verdict, device and device.get("verdict")])
+
+
 def complete_record(result: RunResult, files: RunFiles, watched: Watched, memory_limit_bytes: int | None,
               command: Sequence[str]) -> None:
     """What only the runner knows, into the record (limits, host RAM, where the files are), then the complete
@@ -106,6 +123,7 @@ def complete_record(result: RunResult, files: RunFiles, watched: Watched, memory
             result.metrics["host_ram_peak_pss_bytes"] = float(ram.peak_pss_bytes)
         result.facts["host_ram_max_processes"] = ram.max_processes
         result.facts["host_ram_samples"] = ram.samples
+    record_memory_trend(result, ram.rss_series)
     try:
         if not files.manifest.is_file():  # the process died before writing it
             files.write(files.manifest, build_manifest(result, command))

@@ -12,7 +12,9 @@ from typing import Any, Callable
 
 from mlperf_logging.mllog import constants
 
+from suite.analysis import memory_trend
 from suite.config import RunConfig
+from suite.devices.interfaces import MemoryMeter
 from suite.errors import SuiteError
 from suite.meters.contention import ContentionMeter
 from suite.results.mlperf_log import MlperfLog
@@ -92,7 +94,7 @@ def train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emi
     done = 0
     # contention of this configuration's own processes: under torchrun every local rank, so the launcher's tree
     own = ContentionMeter(os.getppid() if rank.world_size > 1 else None)
-    block = _MeasuredBlock(config, mlperf, global_batch, own)
+    block = _MeasuredBlock(config, mlperf, global_batch, own, adapter.memory())
     for step in range(total):
         if step == config.warmup_steps:
             block.start()
@@ -101,6 +103,7 @@ def train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emi
         else:
             steps.step()
         done = step + 1
+        block.step_done()
         if step == 0 and first_step_done is not None:
             first_step_done(steps.timings[0])
         emit_event(step=done, total=total, loss=result.losses[-1])
@@ -127,7 +130,7 @@ def train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: R
         raise SuiteError("engine hf-trainer runs on one device per configuration (use engine suite to scale out)")
     total = config.total_steps
     steps = TrainingSteps(config, adapter, workload, losses=result.losses)
-    block = _MeasuredBlock(config, mlperf, config.batch, ContentionMeter())
+    block = _MeasuredBlock(config, mlperf, config.batch, ContentionMeter(), adapter.memory())
     emit_event(phase="training (hf-trainer)", total=total)
 
     class Hooks:
@@ -146,6 +149,7 @@ def train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: R
         def step_end(self, loss: Any) -> bool:
             """After each optimizer step; True asks the trainer to stop (the quality target is met)."""
             steps.step_end(loss)
+            block.step_done()
             done = len(steps.timings)
             if done == 1 and first_step_done is not None:
                 first_step_done(steps.timings[0])
@@ -171,17 +175,29 @@ def train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: R
 
 
 class _MeasuredBlock:
-    """The measured window of both engines: MLPerf's block_start/block_stop around the measured steps, and how busy
-    the machine was with other work meanwhile (see suite.meters.contention)."""
+    """The measured window of both engines: MLPerf's block_start/block_stop around the measured steps, how busy
+    the machine was with other work meanwhile (see suite.meters.contention), its times on the machine's monotonic clock
+    (the runner fits the host memory it sampled meanwhile) and the device memory in use after each of its steps (its
+    trend: suite.analysis.memory_trend)."""
 
-    def __init__(self, config: RunConfig, mlperf: MlperfLog, global_batch: int, contention: ContentionMeter) -> None:
+    def __init__(self, config: RunConfig, mlperf: MlperfLog, global_batch: int, contention: ContentionMeter,
+                 memory: MemoryMeter) -> None:
         self.config, self.mlperf, self.global_batch, self.contention = config, mlperf, global_batch, contention
+        self.memory = memory
+        self.started: float | None = None
+        self.device_memory: list[int] = []  # after each measured step
 
     def start(self) -> None:
         first = self.config.warmup_steps
         self.mlperf.start(constants.BLOCK_START, metadata={"first_step": first, "step_count": self.config.most_steps,
                                                            "samples_count": first * self.global_batch})
         self.contention.start()
+        self.started = time.monotonic()
+
+    def step_done(self) -> None:
+        """After a step; inside the window, the device memory in use (an allocator counter: no device sync)."""
+        if self.started is not None and (current := self.memory.current_bytes()) is not None:
+            self.device_memory.append(current)
 
     def end(self, done: int, result: RunResult) -> None:
         """After ``done`` steps in all (warm-up included)."""
@@ -192,6 +208,14 @@ class _MeasuredBlock:
         if reading is not None:
             result.metrics.update(reading.metrics())
             result.facts["contention"] = reading.facts()
+        if self.started is None:
+            return
+        result.facts["measured_window_monotonic_s"] = [self.started, time.monotonic()]
+        if self.device_memory:
+            trend = memory_trend.fit(range(1, len(self.device_memory) + 1), self.device_memory, done - first,
+                                     "device memory in use after each measured step")
+            result.metrics.update(trend.metrics("device_memory"))
+            result.facts["device_memory_trend"] = trend.facts()
 
 
 def _evaluate_between_steps(quality: QualityTracker, steps: TrainingSteps, done: int) -> bool:

@@ -2,7 +2,7 @@
 not on PyPI, so there is no installed copy to check it against), recording the calls the suite makes.
 
 What it models, module by module: ``hpu`` (``is_available``, ``device_count``, ``get_device_name``, ``synchronize``,
-``reset_peak_memory_stats``, ``max_memory_allocated``, ``memory_stats`` whose ``Limit`` is the allocator's limit),
+``reset_peak_memory_stats``, ``max_memory_allocated``, ``memory_allocated``, ``memory_stats`` whose ``Limit`` is the allocator's limit),
 ``hpu.random.manual_seed_all``, ``core.mark_step``, ``hpex.optimizers.FusedAdamW``,
 ``hpex.normalization.FusedClipNorm``, ``utils.internal.is_lazy()`` (the mode the bridge runs), and the
 ``distributed.hccl`` module that registers HCCL. Modules carry a ``__spec__``, so ``importlib.util.find_spec`` (as
@@ -50,7 +50,8 @@ def install(monkeypatch: Any, calls: Calls, state: dict[str, Any]) -> None:
     hpu = module("habana_frameworks.torch.hpu", is_available=lambda: True, device_count=lambda: state["count"],
                  get_device_name=lambda: state["name"], synchronize=lambda: calls.record("hpu.synchronize"),
                  reset_peak_memory_stats=lambda: calls.record("reset_peak_memory_stats"),
-                 max_memory_allocated=lambda: 5 * 2**30, memory_stats=lambda: {"Limit": 94 * 2**30}, random=random)
+                 max_memory_allocated=lambda: 5 * 2**30, memory_allocated=lambda: 3 * 2**30,
+                 memory_stats=lambda: {"Limit": 94 * 2**30}, random=random)
     core = module("habana_frameworks.torch.core", mark_step=lambda: calls.record("mark_step"))
 
     class FusedAdamW(torch.optim.AdamW):

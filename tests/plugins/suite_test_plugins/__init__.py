@@ -114,3 +114,55 @@ class HangingWorkload(Workload):
 
     def count_samples(self, batch):
         return 1
+
+
+class _Payloads(torch.utils.data.Dataset):
+    """Items of ``item_bytes`` bytes; with ``leak``, every item read is also kept for ever by whoever read it (a
+    loader worker, or the training process at 0 workers): the shape of torchvision's nvJPEG leak (#4378), host side."""
+
+    def __init__(self, item_bytes: int, leak: bool) -> None:
+        self.item_bytes, self.leak, self.kept = item_bytes, leak, []
+
+    def __len__(self):
+        return 1_000_000
+
+    def __getitem__(self, index):
+        payload = bytes([index % 251 + 1]) * self.item_bytes  # written, so resident
+        if self.leak:
+            self.kept.append(payload)
+        return torch.tensor(float(len(payload)))
+
+
+class SteadyLoaderWorkload(Workload):
+    """A loader that reads 2 MiB per sample and keeps nothing: memory plateaus over the measured window."""
+
+    name = "steady-loader"
+    presets = {"default": Preset("default", batch_size=2, description="2 MiB per sample, nothing kept")}
+    default_preset = "default"
+    leak = False
+
+    def setup(self):
+        self.loader = torch.utils.data.DataLoader(_Payloads(2 * 2**20, self.leak), batch_size=2,
+                                                  num_workers=self.config.num_workers,
+                                                  persistent_workers=self.config.num_workers > 0)
+
+    def batches(self):
+        while True:
+            yield from self.loader
+
+    def train_step(self, batch):
+        import time
+
+        time.sleep(0.03)  # a step long enough for the runner to sample memory within it
+        return batch.sum() * 0.0
+
+    def count_samples(self, batch):
+        return len(batch)
+
+
+class LeakyLoaderWorkload(SteadyLoaderWorkload):
+    """The same loader keeping every sample it reads (4 MiB per step): memory grows over the measured window."""
+
+    name = "leaky-loader"
+    presets = {"default": Preset("default", batch_size=2, description="2 MiB per sample, every one kept")}
+    leak = True

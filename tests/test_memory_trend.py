@@ -1,0 +1,178 @@
+"""Leak or plateau: the memory trend's fit, its error rates, the runner's series, and a leaking loader end to end."""
+
+import numpy as np
+import pytest
+
+from suite.analysis import memory_trend as mt
+from suite.cli import main
+from suite.config import RunConfig
+from suite.meters import host_ram
+from suite.results.record import FAILED, FINISHED, RunResult
+from suite.run.outcome import record_memory_trend
+
+from conftest import runs_of
+
+pytestmark = pytest.mark.mechanics
+
+MiB = 2**20
+CONFIG = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=0, loader="cpu", precision="fp32",
+                   warmup_steps=2, steps=20, batch_size=4)
+
+
+def test_a_line_is_fitted_exactly_and_judged_against_the_tolerance():
+    steps = 30
+    positions = np.arange(60) / 2
+    level = 500 * MiB
+    leak = mt.fit(positions, level + 3 * MiB * positions, steps, "host")
+    assert leak.verdict == mt.GROWING and leak.growth_per_step == pytest.approx(3 * MiB)
+    assert leak.ci95_low == pytest.approx(3 * MiB) and leak.blocks == mt.BLOCKS
+    # tolerance: 1 % of the mean level over the window's 30 steps
+    assert leak.tolerance_per_step == pytest.approx(0.01 * (level + 3 * MiB * positions.mean()) / steps)
+    flat = mt.fit(positions, np.full(60, level), steps, "host")
+    assert flat.verdict == mt.PLATEAU and flat.growth_per_step == 0.0
+    # a real but negligible growth (0.5 % of the level over the window) is a plateau
+    small = mt.fit(positions, level + 0.005 * level * positions / steps, steps, "host")
+    assert small.verdict == mt.PLATEAU and small.growth_per_step > 0
+    falling = mt.fit(positions, level - 3 * MiB * positions, steps, "host")
+    assert falling.verdict == mt.INCONCLUSIVE  # not a leak, and not flat either
+    assert mt.fit(positions[:10], np.full(10, level), steps, "host").verdict == mt.INCONCLUSIVE  # too few samples
+    assert mt.fit(positions[:10], np.full(10, level), steps, "host").metrics("memory") == {}
+
+
+def test_a_small_footprint_is_judged_against_the_absolute_floor():
+    positions = np.arange(40)
+    trend = mt.fit(positions, 10 * MiB + 20_000 * positions, 40, "device")  # 0.8 MiB over 40 steps, 8 % of 10 MiB
+    assert trend.tolerance_per_step == pytest.approx(mt.ABSOLUTE_FLOOR_BYTES / 40)
+    assert trend.verdict == mt.PLATEAU
+
+
+def test_noise_widens_the_interval_towards_inconclusive_never_towards_plateau():
+    rng = np.random.default_rng(1)
+    positions = np.arange(60) / 2
+    quiet = mt.fit(positions, 400 * MiB + rng.normal(0, 0.1 * MiB, 60), 30, "host")
+    noisy = mt.fit(positions, 400 * MiB + rng.normal(0, 20 * MiB, 60), 30, "host")
+    assert quiet.verdict == mt.PLATEAU
+    assert noisy.verdict == mt.INCONCLUSIVE and noisy.ci95_high - noisy.ci95_low > quiet.ci95_high - quiet.ci95_low
+
+
+def test_error_rates_on_correlated_noise_with_a_step_sawtooth():
+    """The figures the README states: a flat series is called growing, and one growing by twice the tolerance is
+    called a plateau, rarely; at the tolerance itself a plateau stays near the nominal 2.5 %."""
+    rates = mt.calibrate(windows=1000)
+    assert rates["false_growing_rate"] <= 0.05, rates
+    assert rates["false_plateau_rate"] <= 0.01, rates
+    assert rates["boundary_plateau_rate"] <= 0.05, rates
+    assert rates["outcomes"]["leaking"][mt.GROWING] >= 0.95, rates
+    assert rates["outcomes"]["flat"][mt.PLATEAU] >= 0.5, rates  # the test has power, not only caution
+
+
+def test_verdicts_combine_worst_first_and_read_back_from_metrics():
+    assert mt.worst([mt.PLATEAU, mt.GROWING, None]) == mt.GROWING
+    assert mt.worst([mt.PLATEAU, mt.INCONCLUSIVE]) == mt.INCONCLUSIVE
+    assert mt.worst([mt.PLATEAU, None]) == mt.PLATEAU and mt.worst([None]) is None
+    trend = mt.fit(np.arange(40), 100 * MiB + MiB * np.arange(40), 40, "host")
+    assert mt.verdict_from_metrics(trend.metrics("memory"), "memory") == trend.verdict == mt.GROWING
+    assert mt.verdict_from_metrics({}, "memory") is None
+
+
+def test_the_sampler_keeps_an_even_bounded_series(monkeypatch):
+    import os
+
+    monkeypatch.setattr(host_ram, "SERIES_CAP", 16)
+    sampler = host_ram.HostRamSampler(os.getpid())
+    for _ in range(100):
+        sampler.sample_now(with_pss=False)
+    series = sampler.peak().rss_series
+    assert 8 <= len(series) < 16
+    times = [t for t, _ in series]
+    assert times == sorted(times)
+    assert max(np.diff(times)) <= 4 * min(np.diff(times)) + 0.01  # evenly thinned, not cut off at either end
+
+
+def _finished(window=(10.0, 20.0), steps=20):
+    result = RunResult(config=CONFIG, status=FINISHED, metrics={"measured_steps": float(steps)})
+    result.facts["measured_window_monotonic_s"] = list(window)
+    return result
+
+
+def test_the_runner_fits_only_the_measured_window():
+    # flat inside the window, a large rise before it (model loading) and after it (final evaluation)
+    series = [(t / 4, (100 if 10 <= t / 4 <= 20 else 900) * MiB) for t in range(0, 121)]
+    result = _finished()
+    record_memory_trend(result, series)
+    assert result.facts["memory_trend"] == mt.PLATEAU, result.facts["host_memory_trend"]
+    assert result.facts["host_memory_trend"]["samples"] == 41
+    assert result.metrics["memory_growth_bytes_per_step"] == 0.0
+
+
+def test_host_and_device_verdicts_combine_and_unfinished_runs_get_none():
+    series = [(10 + t / 4, 100 * MiB) for t in range(41)]
+    result = _finished()
+    result.facts["device_memory_trend"] = {"verdict": mt.GROWING}
+    record_memory_trend(result, series)
+    assert result.facts["memory_trend"] == mt.GROWING
+    failed = RunResult(config=CONFIG, status=FAILED, reason="x")
+    record_memory_trend(failed, series)
+    assert "memory_trend" not in failed.facts
+    no_window = RunResult(config=CONFIG, status=FINISHED, metrics={"measured_steps": 5.0})
+    record_memory_trend(no_window, series)
+    assert "memory_trend" not in no_window.facts
+
+
+def test_the_device_series_is_read_after_each_measured_step():
+    from suite.results.mlperf_log import MlperfLog
+    from suite.run.training import _MeasuredBlock
+
+    class Growing:
+        reads = 0
+
+        def current_bytes(self):
+            self.reads += 1
+            return 50 * MiB + self.reads * 2 * MiB
+
+    class Idle:
+        def start(self):
+            pass
+
+        def stop(self):
+            return None
+
+    config = CONFIG
+    meter = Growing()
+    block = _MeasuredBlock(config, MlperfLog(None), config.batch, Idle(), meter)
+    block.step_done()  # a warm-up step: outside the window
+    block.start()
+    for _ in range(20):
+        block.step_done()
+    result = RunResult(config=config, status=FINISHED)
+    block.end(22, result)
+    assert meter.reads == 20
+    assert result.metrics["device_memory_growth_bytes_per_step"] == pytest.approx(2 * MiB)
+    assert result.facts["device_memory_trend"]["verdict"] == mt.GROWING
+    assert len(result.facts["measured_window_monotonic_s"]) == 2
+
+
+@pytest.mark.e2e
+def test_a_leaking_loader_is_growing_and_a_steady_one_a_plateau(tmp_path, test_plugins):
+    """The loader keeps every 2 MiB sample it reads (in the training process at 0 workers, in the worker at 1), or
+    nothing; each configuration's record, its MLflow metrics and the report say which."""
+    from mlflow.tracking import MlflowClient
+
+    verdicts = {}
+    for workload in ("leaky-loader", "steady-loader"):
+        out, uri = tmp_path / workload, f"sqlite:///{tmp_path}/{workload}.db"
+        code = main(["run", "--workload", workload, "--workers", "0,1", "--steps", "40", "--warmup-steps", "2",
+                     "--output", str(out), "--tracking-uri", uri, "--no-progress", "--report"])
+        assert code == 0
+        for run in runs_of(out):
+            verdicts[workload, run["config"]["num_workers"]] = run["facts"]["memory_trend"]
+            trend = run["facts"]["host_memory_trend"]
+            assert trend["samples"] >= mt.MIN_SAMPLES, trend
+            metrics = MlflowClient(tracking_uri=uri).get_run(run["mlflow_run_id"]).data.metrics
+            assert metrics["memory_growth_bytes_per_step"] == pytest.approx(trend["growth_per_step"])
+            if workload == "leaky-loader":
+                assert trend["ci95_low"] > 2 * MiB, trend  # 4 MiB kept per step, at least half of it seen
+        report = (out / "report.md").read_text()
+        assert ("growing (+" in report) == (workload == "leaky-loader")
+    assert verdicts == {("leaky-loader", 0): mt.GROWING, ("leaky-loader", 1): mt.GROWING,
+                        ("steady-loader", 0): mt.PLATEAU, ("steady-loader", 1): mt.PLATEAU}, verdicts
