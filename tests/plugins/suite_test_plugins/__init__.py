@@ -153,7 +153,7 @@ class SteadyLoaderWorkload(Workload):
     def train_step(self, batch):
         import time
 
-        time.sleep(0.03)  # a step long enough for the runner to sample memory within it
+        time.sleep(0.06)  # a step long enough for the runner to sample memory within it
         return batch.sum() * 0.0
 
     def count_samples(self, batch):
