@@ -50,6 +50,11 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+def cache_root() -> Path:
+    """The suite's cache: ``$SUITE_CACHE_DIR``, else ``~/.cache/suite`` (what is kept there is rebuilt when absent)."""
+    return Path(os.environ.get("SUITE_CACHE_DIR") or Path.home() / ".cache" / "suite")
+
+
 #: The largest record file read (results.json, a manifest, audit.json...): far above any real matrix's.
 RECORD_MAX_BYTES = 512 * 2**20
 

@@ -145,14 +145,19 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _initialise_sqlite(uri: str, database: Path) -> None:
-    """Create the store's tables under a file lock and switch the database to WAL journaling."""
+    """Create the store's tables under a file lock (a new store: from the migrated template,
+    :mod:`suite.tracking.sqlite_template`) and switch the database to WAL journaling."""
     import sqlite3
 
     from filelock import FileLock
     from mlflow.tracking import MlflowClient
 
+    from suite.tracking.sqlite_template import create_from_template
+
     database.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(database) + ".lock", timeout=120), _quiet("mlflow.store.db.utils", "alembic"):
+        if not database.exists() or database.stat().st_size == 0:
+            create_from_template(database)
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)  # creates or migrates the tables
         with sqlite3.connect(database, timeout=60) as connection:
             if connection.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":

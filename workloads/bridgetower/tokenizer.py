@@ -124,7 +124,7 @@ def tokenize_captions(tokenizer: Any, captions: list[str], max_length: int, toke
 
     import torch
 
-    from workloads.bridgetower.data.synthetic import cache_root
+    from suite.fileio import cache_root
 
     captions_sha = hashlib.sha256(json.dumps(captions).encode()).hexdigest()
     key = json.dumps({"version": TOKENS_CACHE_VERSION,

@@ -16,9 +16,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from suite.fileio import write_json_atomic
-
-from workloads.bridgetower.data.synthetic import cache_root
+from suite.fileio import cache_root, write_json_atomic
 
 CACHE_VERSION = 1
 

@@ -11,7 +11,6 @@ same on every run; it is generated once into a cache folder, atomically.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import tempfile
@@ -19,6 +18,8 @@ import time
 from pathlib import Path
 
 from PIL import Image, ImageDraw
+
+from suite.fileio import cache_root
 
 #: 2: the caption names what is drawn (paper tint, figures, window), so it can be learned; 3: and the rug's colour,
 #: so that a model can tell 192 kinds of scene apart (recall@1 over 512 held-out pairs can rise far above chance)
@@ -137,11 +138,6 @@ def generation_facts(root: Path) -> dict[str, object]:
         return dict(json.loads((root / GENERATION_FILE).read_text()))
     except (OSError, ValueError):
         return {}
-
-
-def cache_root() -> Path:
-    """``$SUITE_CACHE_DIR`` or ``~/.cache/suite``."""
-    return Path(os.environ.get("SUITE_CACHE_DIR") or Path.home() / ".cache" / "suite")
 
 
 def synthetic_dir(samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED, root: Path | None = None) -> Path:

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from suite.errors import DatasetError
-from suite.fileio import write_json_atomic
+from suite.fileio import cache_root, write_json_atomic
 from suite.imaging import decode_to_rgb_tensor
 
 from workloads.bridgetower.data.bounds import ImageBounds
 from workloads.bridgetower.data.hub import SourceSubset
 from workloads.bridgetower.data.sources import ImageCaptionSource
-from workloads.bridgetower.data.synthetic import cache_root
 
 
 @dataclass(frozen=True)
