@@ -68,23 +68,27 @@ def resize_crop(image, size, new_h, new_w, top, left, scale, shift, out, cubic):
     height, width = image.shape[0], image.shape[1]
     row_first, row_taps, row_weights = filter_taps(height, new_h, top, size, cubic)
     col_first, col_taps, col_weights = filter_taps(width, new_w, left, size, cubic)
-    rows = np.empty((size, width * 3), np.float32)
-    resample_rows(image.reshape(height, width * 3), row_first, row_taps, row_weights, rows)
-    resample_columns(rows.reshape(size, width, 3), col_first, col_taps, col_weights, scale, shift, out)
+    # the input columns the kept output columns read (the crop drops the rest): the rows pass computes only those
+    lo, hi = col_first.min(), (col_first + col_taps).max()
+    rows = np.empty((size, (hi - lo) * 3), np.float32)
+    resample_rows(image.reshape(height, width * 3), lo * 3, row_first, row_taps, row_weights, rows)
+    resample_columns(rows.reshape(size, hi - lo, 3), col_first - lo, col_taps, col_weights, scale, shift, out)
 
 
 @numba.njit(cache=True, nogil=True)
-def resample_rows(src, first, taps, weights, out):
-    """``out[i, :] = sum_k weights[i, k] * src[first[i] + k, :]``; ``src`` (H, N) uint8 or float32."""
-    width = src.shape[1]
+def resample_rows(src, offset, first, taps, weights, out):
+    """``out[i, x] = sum_k weights[i, k] * src[first[i] + k, offset + x]``; ``src`` (H, N) uint8 or float32."""
+    width = out.shape[1]
     for i in range(out.shape[0]):
         row = out[i]
         for x in range(width):
             row[x] = 0.0
         for k in range(taps[i]):
             w = weights[i, k]
-            line = src[first[i] + k]
-            for x in range(width):  # contiguous: vectorized by LLVM, uint8 -> float32 in registers
+            # a slice, indexed from 0: LLVM vectorizes this loop (an index with an offset it cannot prove
+            # non-negative keeps numba's wraparound check and stays scalar)
+            line = src[first[i] + k, offset:offset + width]
+            for x in range(width):  # contiguous: uint8 -> float32 in registers
                 row[x] += w * np.float32(line[x])
 
 
