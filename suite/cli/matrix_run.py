@@ -91,9 +91,6 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
                  argv: Sequence[str], kind: str = "matrix") -> MatrixRun:
     """Run ``configs`` (default: the matrix of ``spec``) into a new results folder and MLflow; print tables.
     Everything is validated before the folder is created; the folder stays locked in the returned run."""
-    from suite.tracking.mlflow_gateway import MlflowGateway
-    from suite.tracking.mlflow_recorder import MlflowRecorder
-
     started_at = getattr(args, "started_at", None) or process_started_at()
     workload_cls, resolved = resolve(spec)
     if configs is not None:  # same resolution (batch size from the preset) for a hand-made list
@@ -105,6 +102,10 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
     # the first configurations' processes start now: their imports overlap the checks and MLflow's set-up below
     first = start_first(resolved, getattr(args, "repeats", 1), int(memory_limit * 2**30) if memory_limit else None) \
         if getattr(args, "start_ahead", True) else []
+    # MLflow's import (~1.7 s here) only now, beside those processes' imports, not before them
+    from suite.tracking.mlflow_gateway import MlflowGateway
+    from suite.tracking.mlflow_recorder import MlflowRecorder
+
     try:
         tracking_uri = args.tracking_uri or default_tracking_uri()
         check_reachable(tracking_uri)
