@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import inspect
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -71,6 +72,32 @@ def test_dali_pixels_are_close_to_the_reference_transform_batch_after_batch(tmp_
     decoder.close()
 
 
+def test_the_cores_of_dali_threads_are_counted_apart_from_the_training_process(tmp_path):
+    """Issue 31: a device decoder that burns host cores shows up (DALI's users ask for it, NVIDIA/DALI #5274): the
+    real DALI pipeline decodes in its own threads ("[DALI]...") inside this process, and the contention meter of this
+    process's measured window counts them as decoder threads, not as the training process's own cores."""
+    require("nvidia.dali")
+    from suite.meters.contention import DECODER_THREAD_PREFIXES, ContentionMeter
+    from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD
+
+    jpegs = _jpegs(tmp_path, 8)
+    decoder = cpu_adapter().decoders.for_loader("dali")
+    decoder(jpegs[:4], 256, CLIP_MEAN, CLIP_STD)  # the pipeline and its threads exist before the window
+    meter = ContentionMeter()
+    meter.start()
+    for _ in range(30):
+        decoder(jpegs, 256, CLIP_MEAN, CLIP_STD)
+    reading = meter.stop()
+    names = [Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listdir("/proc/self/task")]
+    decoder.close()
+    assert any(name.startswith(DECODER_THREAD_PREFIXES) for name in names), names  # the installed DALI's names
+    metrics = reading.metrics()
+    assert reading.decoder_threads_cpu_s > 0.02, reading  # DALI's threads decoded 240 images of 256 px
+    assert metrics["host_cpu_cores_decoder_threads"] == pytest.approx(reading.decoder_threads_cpu_s / reading.window_s)
+    assert metrics["host_cpu_cores_trainer"] == pytest.approx(
+        (reading.trainer_cpu_s - reading.decoder_threads_cpu_s) / reading.window_s)
+
+
 def test_the_dali_loader_trains_three_steps_on_the_cpu(tmp_path):
     require("nvidia.dali")
     code = main(["run", "--device", "cpu", "--loader", "dali", "--workers", "2", "--steps", "3",
@@ -82,6 +109,7 @@ def test_the_dali_loader_trains_three_steps_on_the_cpu(tmp_path):
     for run in runs:
         assert len(run["losses"]) == 4 and all(math.isfinite(x) for x in run["losses"])
         assert run["facts"]["loader_used"] == "dali" and run["facts"]["decoder_used"] == "dali"
+        assert run["metrics"]["host_cpu_cores_decoder_threads"] >= 0.0  # DALI's threads, counted apart
 
 
 def test_a_dali_build_for_another_cuda_major_is_refused_with_the_wheel_to_install():

@@ -53,3 +53,9 @@ def test_the_sentence_names_what_bounded_a_configuration():
     idle = {**base, "host_cpu_cores_trainer": 1.0, "host_cpu_cores_loader_workers": 0.1, "data_wait_fraction": 0.0}
     assert (1.1 / 2) < CORE_BOUND and "the training step's own compute bounded it" in explain(1, idle)
     assert explain(0, {"data_wait_fraction": 0.5}) is None  # no core figures recorded: nothing said
+    # a device decoder's threads in the training process (DALI's CPU pipeline) are named, and their cores are busy
+    decoding = {**idle, "host_cpu_cores_trainer": 1.0, "host_cpu_cores_loader_workers": 0.0,
+                "host_cpu_cores_decoder_threads": 0.8}
+    sentence = explain(0, decoding)
+    assert sentence.startswith("2 cores: the trainer used 1.0, its decoder threads 0.8;")
+    assert "every core was busy: the cores bounded it" in sentence

@@ -1,6 +1,7 @@
 """What bounded a configuration, in one sentence: where the cores went in its measured window (the training
 process, its loader workers, everything else, out of the cores available; :mod:`suite.meters.contention`), how long
-the step waited for batches, and how the step's own compute changed against the same configuration with
+the step waited for batches (a device decoder's threads inside the training process named apart), and how the step's
+own compute changed against the same configuration with
 ``workers=0`` (the workers take cores from the step when there are not enough for both).
 
 The rules, written once: a configuration is *input-bound* when it waited for batches more than
@@ -37,14 +38,17 @@ def explain(workers: int, metrics: Mapping[str, float], baseline: Mapping[str, f
         return None
     cores = metrics["host_cores_available"]
     trainer, loader, other = (metrics[name] for name in CORE_METRICS[:3])
+    decoders = metrics.get("host_cpu_cores_decoder_threads", 0.0)
     used = [f"the trainer used {trainer:.1f}"]
+    if decoders >= 0.05:
+        used.append(f"its decoder threads {decoders:.1f}")
     if workers:
         used.append(f"the {workers} worker{'s' if workers > 1 else ''} {loader:.1f}")
     if other >= 0.05:
         used.append(f"other work {other:.1f}")
     sentence = f"{cores:g} core{'s' if cores != 1 else ''}: " + ", ".join(used)
     wait = metrics.get("data_wait_fraction", 0.0)
-    busy = (trainer + loader + other) / cores if cores else 0.0
+    busy = (trainer + decoders + loader + other) / cores if cores else 0.0
     change = _compute_change(metrics, baseline) if workers else None
     if wait > INPUT_BOUND:
         sentence += (f"; the step waited for batches {wait:.0%} of the time: the input pipeline bounded it"

@@ -7,9 +7,10 @@ what everything else used. A window is *contended* when others used more than :d
 machine's cores or steal exceeded :data:`STEAL_SHARE_LIMIT`, rules written here once and recorded with the figures.
 
 The same readings say where the cores went (:meth:`Contention.metrics`): mean cores used over the window by the
-training process (its own threads: the step, intra-op threads, decoder threads), by its loader workers (every
-process below it, those that ended during the window included), by everything else, and the cores this process may
-run on. Under torchrun the training processes are the launcher's children (the ranks) and the loader workers
+training process (its own threads: the step, intra-op threads), by the threads a device decoder runs inside it
+(named as :data:`DECODER_THREAD_PREFIXES` says; counted apart from the training process's), by its loader workers
+(every process below it, those that ended during the window included), by everything else, and the cores this
+process may run on. Under torchrun the training processes are the launcher's children (the ranks) and the loader workers
 theirs.
 """
 
@@ -40,10 +41,36 @@ def _busy_seconds(times: object) -> float:
     return total - idle
 
 
-def _tree_cpu_seconds(root: psutil.Process, trainers_are_children: bool) -> tuple[float, float]:
-    """CPU seconds so far of the training processes (``root``, or under torchrun its children) and of the loader
-    workers below them, ended ones included (their times are added to the parent that waited for them)."""
-    trainer = workers = 0.0
+#: Name prefixes of the threads device decoders start inside the training process: DALI names its threads
+#: "[DALI][WT]Input", "[DALI][TP0]Exec", "[DALI] Executor" (its CPU pipeline, nvidia-dali-cuda120 2.4.0;
+#: tests/test_user_view.py runs it and checks they are counted here).
+DECODER_THREAD_PREFIXES = ("[DALI]",)
+
+
+def _decoder_thread_seconds(proc: psutil.Process) -> float:
+    """CPU seconds so far of ``proc``'s live threads that a decoder named (Linux: ``/proc/<pid>/task/<tid>/comm``;
+    0 elsewhere). A decoder thread that ends during the window leaves its time in the process's own total."""
+    total = 0.0
+    try:
+        threads = proc.threads()
+    except psutil.Error:
+        return 0.0
+    for thread in threads:
+        try:
+            with open(f"/proc/{proc.pid}/task/{thread.id}/comm", encoding="utf-8", errors="replace") as fh:
+                name = fh.read().strip()
+        except OSError:
+            continue
+        if name.startswith(DECODER_THREAD_PREFIXES):
+            total += thread.user_time + thread.system_time
+    return total
+
+
+def _tree_cpu_seconds(root: psutil.Process, trainers_are_children: bool) -> tuple[float, float, float]:
+    """CPU seconds so far of the training processes (``root``, or under torchrun its children), of the decoder
+    threads inside them (also in the first figure) and of the loader workers below them, ended ones included (their
+    times are added to the parent that waited for them)."""
+    trainer = workers = decoders = 0.0
     try:
         top = root.children() if trainers_are_children else [root]
     except psutil.Error:
@@ -57,10 +84,11 @@ def _tree_cpu_seconds(root: psutil.Process, trainers_are_children: bool) -> tupl
         own = times.user + times.system
         if proc.pid in trainers:
             trainer += own
+            decoders += _decoder_thread_seconds(proc)
             workers += times.children_user + times.children_system  # loader workers that ended, waited for
         elif proc.pid != root.pid:
             workers += own
-    return trainer, workers
+    return trainer, decoders, workers
 
 
 def cores_available() -> int:
@@ -82,6 +110,7 @@ class Contention:
     trainer_cpu_s: float = 0.0
     workers_cpu_s: float = 0.0
     cores_available: int = 0
+    decoder_threads_cpu_s: float = 0.0  # part of trainer_cpu_s
 
     @property
     def others_share(self) -> float:
@@ -98,7 +127,9 @@ class Contention:
     def metrics(self) -> dict[str, float]:
         figures = {"contention_others_cpu_share": self.others_share, "contention_steal_share": self.steal_share}
         if self.window_s > 0:  # where the cores went: mean cores used over the window
-            figures.update(host_cpu_cores_trainer=self.trainer_cpu_s / self.window_s,
+            trainer = max(0.0, self.trainer_cpu_s - self.decoder_threads_cpu_s)
+            figures.update(host_cpu_cores_trainer=trainer / self.window_s,
+                           host_cpu_cores_decoder_threads=self.decoder_threads_cpu_s / self.window_s,
                            host_cpu_cores_loader_workers=self.workers_cpu_s / self.window_s,
                            host_cpu_cores_other=self.others_cpu_s / self.window_s,
                            host_cores_available=float(self.cores_available or self.cores))
@@ -119,12 +150,12 @@ class ContentionMeter:
     def __init__(self, pid: int | None = None) -> None:
         self._root = psutil.Process(pid or os.getpid())
         self._trainers_are_children = pid is not None and pid != os.getpid()  # the torchrun launcher
-        self._start: tuple[float, float, float, float, float] | None = None
+        self._start: tuple[float, float, float, float, float, float] | None = None
 
-    def _read(self) -> tuple[float, float, float, float, float]:
+    def _read(self) -> tuple[float, float, float, float, float, float]:
         times = psutil.cpu_times()
-        trainer, workers = _tree_cpu_seconds(self._root, self._trainers_are_children)
-        return time.monotonic(), _busy_seconds(times), trainer, workers, getattr(times, "steal", 0.0)
+        trainer, decoders, workers = _tree_cpu_seconds(self._root, self._trainers_are_children)
+        return time.monotonic(), _busy_seconds(times), trainer, decoders, workers, getattr(times, "steal", 0.0)
 
     def start(self) -> None:
         self._start = self._read()
@@ -132,9 +163,10 @@ class ContentionMeter:
     def stop(self) -> Contention | None:
         if self._start is None:
             return None
-        wall0, busy0, trainer0, workers0, steal0 = self._start
-        wall1, busy1, trainer1, workers1, steal1 = self._read()
+        wall0, busy0, trainer0, decoders0, workers0, steal0 = self._start
+        wall1, busy1, trainer1, decoders1, workers1, steal1 = self._read()
         trainer, workers = max(0.0, trainer1 - trainer0), max(0.0, workers1 - workers0)
+        decoders = min(trainer, max(0.0, decoders1 - decoders0))
         own = trainer + workers
         try:
             load = os.getloadavg()[0]
@@ -143,4 +175,4 @@ class ContentionMeter:
         return Contention(window_s=wall1 - wall0, cores=psutil.cpu_count() or 1,
                           others_cpu_s=max(0.0, (busy1 - busy0) - own), own_cpu_s=own,
                           steal_s=max(0.0, steal1 - steal0), load_average_1m=load, trainer_cpu_s=trainer,
-                          workers_cpu_s=workers, cores_available=cores_available())
+                          workers_cpu_s=workers, cores_available=cores_available(), decoder_threads_cpu_s=decoders)
