@@ -176,3 +176,17 @@ def test_a_leaking_loader_is_growing_and_a_steady_one_a_plateau(tmp_path, test_p
         assert ("growing (+" in report) == (workload == "leaky-loader")
     assert verdicts == {("leaky-loader", 0): mt.GROWING, ("leaky-loader", 1): mt.GROWING,
                         ("steady-loader", 0): mt.PLATEAU, ("steady-loader", 1): mt.PLATEAU}, verdicts
+
+
+def test_the_terminal_shows_a_recorded_verdict_with_its_growth_and_never_an_edited_fact(capsys):
+    from suite.cli.tables import print_results_table
+
+    growing = _finished()
+    growing.metrics.update(mt.fit(np.arange(40), 100 * MiB + MiB * np.arange(40), 40, "host").metrics("memory"))
+    growing.facts["memory_trend"] = mt.GROWING
+    edited = _finished()
+    edited.facts["memory_trend"] = "[red]plateau[/red]\x1b[2J"
+    print_results_table([growing, edited])
+    out = capsys.readouterr().out
+    assert all(part in out for part in ("growing", "(+1.00", "MiB/step", "host)"))  # wrapped in its cell
+    assert "\x1b[2J" not in out and "plateau" not in out

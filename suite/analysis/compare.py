@@ -102,7 +102,7 @@ def rows_of(groups: Iterable[RowGroup]) -> list[Row]:
             aggregation = (f"{len(values)} runs: throughput {method}, its 95 % interval over the runs; other metrics: "
                            "median")
         trend = memory_trend.worst(memory_trend.verdict_from_metrics(m, prefix) for m in group.metrics
-                                   for prefix in ("memory", "device_memory"))
+                                   for prefix, _ in memory_trend.SERIES)
         rows.append(Row(group.config, merged, len(group.metrics), group.unfinished, tuple(group.run_ids),
                         tuple(dict.fromkeys(group.parents)), aggregation, memory_trend=trend))
     return sorted(rows, key=_sort_key)

@@ -14,7 +14,7 @@ of the growth per step lies inside ± tolerance / measured steps; **growing** wh
 is not a plateau; **inconclusive** otherwise (noise, too few samples, memory falling). With independent normal block
 residuals each claim is a one-sided 2.5 % test: a growth beyond the tolerance is called a plateau in at most 2.5 %
 of windows, a flat or falling series is called growing in at most 2.5 %. :func:`calibrate` measures both rates on
-synthetic series with correlated noise and a step saw-tooth (the README has the figures). A plateau bounds the
+synthetic series with correlated noise and a step saw-tooth (docs/performance.md has the figures). A plateau bounds the
 growth *over the window measured*: for a longer run, extrapolate with the interval's upper end.
 """
 
@@ -38,6 +38,8 @@ MIN_SAMPLES = 2 * BLOCKS
 CONFIDENCE = 0.95
 #: How verdicts of several series (host, device) or runs combine: the worst one wins.
 _SEVERITY = {PLATEAU: 0, INCONCLUSIVE: 1, GROWING: 2}
+#: The series a run records, by metric prefix, and what each measures.
+SERIES = (("memory", "host"), ("device_memory", "device"))
 
 
 @dataclass(frozen=True)
@@ -94,13 +96,18 @@ def worst(verdicts: Iterable[str | None]) -> str | None:
     return max(known, key=_SEVERITY.__getitem__) if known else None
 
 
+def recorded_verdict(facts: dict[str, Any]) -> str | None:
+    """A run record's ``memory_trend`` fact, where it is one of the verdicts (an edited record's text is not shown)."""
+    verdict = facts.get("memory_trend")
+    return verdict if verdict in _SEVERITY else None
+
+
 def describe(verdict: str | None, metrics: dict[str, float]) -> str:
     """A verdict as a table shows it: with the growth per step of each series that grows ("-" for none)."""
     if verdict is None:
         return "-"
     growing = [f"{metrics[prefix + '_growth_bytes_per_step'] / 2**20:+.2f} MiB/step {where}"
-               for prefix, where in (("memory", "host"), ("device_memory", "device"))
-               if verdict_from_metrics(metrics, prefix) == GROWING]
+               for prefix, where in SERIES if verdict_from_metrics(metrics, prefix) == GROWING]
     return f"{verdict} ({', '.join(growing)})" if growing else verdict
 
 
@@ -108,11 +115,11 @@ def fit(positions: Sequence[float] | np.ndarray, values: Sequence[float] | np.nd
         series: str) -> Trend:
     """The trend of ``values`` (bytes) at ``positions`` (in measured steps from the window's start)."""
     x, y = np.asarray(positions, dtype=float), np.asarray(values, dtype=float)
-    blocks = BLOCKS
     if len(x) < MIN_SAMPLES or measured_steps < 1:
         return Trend(series, INCONCLUSIVE, None, None, None, None, len(x), 0, measured_steps,
                      f"{len(x)} samples in the measured window: a verdict needs at least {MIN_SAMPLES}")
     order = np.argsort(x, kind="stable")
+    blocks = BLOCKS
     groups = np.array_split(order, blocks)
     bx = np.array([x[g].mean() for g in groups])
     by = np.array([y[g].mean() for g in groups])

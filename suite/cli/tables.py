@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Sequence
 
+from suite.analysis import memory_trend
 from suite.analysis.bottleneck import explanations
 from suite.analysis.scoring import ConfigScore
 from suite.cli.display import MiB, narrow, say, wide_console, wrapped
@@ -46,7 +47,7 @@ def print_results_table(results: Sequence[RunResult]) -> None:
                           _fmt(m, "step_time_p50_s", 1000), _fmt(m, "step_time_p99_s", 1000),
                           _fmt(m, "data_wait_fraction", pattern="{:.0%}"), _fmt(m, "device_peak_memory_bytes", 1 / MiB),
                           _fmt(m, "host_ram_peak_pss_bytes", 1 / MiB), _fmt(m, "host_ram_peak_rss_bytes", 1 / MiB),
-                          str(result.facts.get("memory_trend") or "-"))
+                          memory_trend.describe(memory_trend.recorded_verdict(result.facts), m))
         else:
             table.add_row(_plain(label), _plain(f"{result.status}: {result.reason}"), *["-"] * 8)
     wide_console().print(table)
@@ -67,7 +68,7 @@ def _print_results_blocks(results: Sequence[RunResult]) -> None:
             f"data-wait {_fmt(m, 'data_wait_fraction', pattern='{:.0%}')}, device peak "
             f"{_fmt(m, 'device_peak_memory_bytes', 1 / MiB)} MiB, host PSS "
             f"{_fmt(m, 'host_ram_peak_pss_bytes', 1 / MiB)} MiB, RSS {_fmt(m, 'host_ram_peak_rss_bytes', 1 / MiB)} "
-            f"MiB, memory {result.facts.get('memory_trend') or '-'}")
+            f"MiB, memory {memory_trend.describe(memory_trend.recorded_verdict(result.facts), m)}")
     _print_results_notes(results)
 
 
@@ -139,7 +140,7 @@ def print_compare_table(rows: Sequence[Any], base: Any, ratios: Sequence[float])
                       _fmt(m, "eval_accuracy", pattern="{:.3f}"),
                       _fmt(m, "step_time_p50_s", 1000), _fmt(m, "data_wait_fraction", pattern="{:.0%}"),
                       _fmt(m, "device_peak_memory_bytes", 1 / MiB), _fmt(m, "host_ram_peak_pss_bytes", 1 / MiB),
-                      _fmt(m, "host_ram_peak_rss_bytes", 1 / MiB), row.memory_trend or "-")
+                      _fmt(m, "host_ram_peak_rss_bytes", 1 / MiB), memory_trend.describe(row.memory_trend, m))
     wide_console().print(table)
     if any(row.config.device == "cpu" for row in rows):
         print(DEVICE_MEMORY_NOTE)

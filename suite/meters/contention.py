@@ -43,7 +43,7 @@ def _busy_seconds(times: object) -> float:
 
 #: Name prefixes of the threads device decoders start inside the training process: DALI names its threads
 #: "[DALI][WT]Input", "[DALI][TP0]Exec", "[DALI] Executor" (its CPU pipeline, nvidia-dali-cuda120 2.4.0;
-#: tests/test_user_view.py runs it and checks they are counted here).
+#: tests/test_hardware_decoders.py runs it and checks they are counted here).
 DECODER_THREAD_PREFIXES = ("[DALI]",)
 
 
