@@ -196,7 +196,7 @@ def test_no_rerun_recomputes_the_inputs_and_passes_an_untouched_record(recorded,
     code, report = _audit(tmp / "out", tmp_path, uri, "--no-rerun")
     verdicts = {c["name"]: c["verdict"] for c in report["checks"]}
     assert code == 0 and report["verdict"] == PASS, report
-    assert verdicts["record"] == verdicts["inputs_now"] == PASS
+    assert verdicts["record"] == verdicts["inputs_now"] == verdicts["memory_trend"] == PASS
     assert "dataset_fingerprint, tokenizer_sha256, initial_weights_sha256 recomputed now" in next(
         c["detail"] for c in report["checks"] if c["name"] == "inputs_now")
 
@@ -212,6 +212,27 @@ def test_an_edited_headline_fails_the_audit(recorded, tmp_path):
     assert code == 1 and report["verdict"] == FAIL
     [failed] = [c for c in report["checks"] if c["verdict"] == FAIL]
     assert failed["name"] == "record" and "record inconsistent: throughput_samples_per_s" in failed["detail"]
+
+
+@pytest.mark.e2e
+@pytest.mark.mechanics
+def test_an_edited_memory_verdict_fails_the_audit(recorded, tmp_path):
+    """A "growing" run written over as a plateau (or the reverse), its growth figure too: the stored samples fitted
+    again say otherwise."""
+    copy, uri = _copy_of(recorded, tmp_path)
+    data = json.loads((copy / "results.json").read_text())
+    run = data["runs"][0]
+    was = run["facts"]["memory_trend"]
+    edited = "plateau" if was != "plateau" else "growing"
+    run["facts"]["memory_trend"] = run["facts"]["host_memory_trend"]["verdict"] = edited
+    run["metrics"]["memory_growth_bytes_per_step"] = 0.0
+    (copy / "results.json").write_text(json.dumps(data))
+    code, report = _audit(copy, tmp_path, uri, "--no-rerun")
+    assert code == 1 and report["verdict"] == FAIL
+    [failed] = [c for c in report["checks"] if c["verdict"] == FAIL]
+    assert failed["name"] == "memory_trend", failed
+    assert f"host memory trend is '{edited}' but its" in failed["detail"]
+    assert f"memory_trend is '{edited}' but the refitted series give '{was}'" in failed["detail"]
 
 
 @pytest.mark.e2e

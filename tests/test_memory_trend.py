@@ -152,6 +152,77 @@ def test_the_device_series_is_read_after_each_measured_step():
     assert len(result.facts["measured_window_monotonic_s"]) == 2
 
 
+def _recorded_both(rng_seed=0):
+    """A finished run with a host trend (a plateau) and a device trend (growing 2 MiB/step), both as recorded."""
+    rng = np.random.default_rng(rng_seed)
+    result = _finished()
+    series = [(10 + t / 4, 100 * MiB + float(rng.normal(0, 2**14))) for t in range(41)]
+    mt.record(mt.fit(range(1, 21), [50 * MiB + i * 2 * MiB for i in range(1, 21)], 20, "device"), "device_memory",
+              result.metrics, result.facts)
+    record_memory_trend(result, series)
+    return result
+
+
+def test_a_recorded_trend_refits_to_itself_from_its_stored_samples():
+    import json
+
+    result = _recorded_both()
+    assert result.facts["memory_trend"] == mt.GROWING
+    assert len(result.facts["host_memory_samples"]["positions"]) == result.facts["host_memory_trend"]["samples"] == 41
+    assert "fitted" not in result.facts["host_memory_trend"]
+    # as results.json and MLflow's facts.json keep it
+    again = json.loads(json.dumps({"metrics": result.metrics, "facts": result.facts}))
+    refit = mt.refit_differences(again["metrics"], again["facts"])
+    assert refit == mt.Refit(("host", "device"), 61, (), ())
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda r: r.facts.__setitem__("memory_trend", mt.PLATEAU), "memory_trend is 'plateau' but the refitted"),
+    (lambda r: r.facts["device_memory_trend"].__setitem__("verdict", mt.PLATEAU),
+     "device memory trend is 'plateau' but its 20 stored samples give 'growing'"),
+    (lambda r: r.metrics.__setitem__("device_memory_growth_bytes_per_step_ci95_low", -1.0),
+     "device_memory_growth_bytes_per_step_ci95_low is -1 but"),
+    (lambda r: r.metrics.__setitem__("memory_growth_bytes_per_step", 5e6), "memory_growth_bytes_per_step is 5e+06"),
+    (lambda r: r.metrics.pop("memory_growth_tolerance_bytes_per_step"),
+     "memory_growth_tolerance_bytes_per_step is missing"),
+    (lambda r: r.metrics.__setitem__("measured_steps", 200.0), "memory_growth_tolerance_bytes_per_step is"),
+    (lambda r: r.facts["device_memory_samples"]["bytes"].pop(), "device memory samples unreadable"),
+    (lambda r: r.facts["host_memory_samples"].__setitem__("bytes", "x" * 41), "host memory samples unreadable"),
+])
+def test_an_edited_verdict_figure_or_sample_is_a_difference(edit, expected):
+    result = _recorded_both()
+    edit(result)
+    refit = mt.refit_differences(result.metrics, result.facts)
+    assert refit is not None and any(expected in d for d in refit.differences), refit
+
+
+def test_a_trend_without_its_samples_cannot_be_refitted_and_a_record_without_a_trend_has_nothing_to_refit():
+    result = _recorded_both()
+    del result.facts["host_memory_samples"]
+    refit = mt.refit_differences(result.metrics, result.facts)
+    assert refit is not None and refit.missing == ("host",) and refit.differences == ()
+    assert mt.refit_differences({"measured_steps": 20.0}, {}) is None
+
+
+def test_the_audit_check_passes_fails_or_is_inconclusive_on_what_the_samples_show():
+    from suite.analysis.equivalence import FAIL, INCONCLUSIVE, PASS
+    from suite.audit.record_checks import check_memory_trend
+    from suite.audit.verdicts import SKIP
+
+    result = _recorded_both()
+    check = check_memory_trend("c", result)
+    assert check.verdict == PASS and "growing refitted from 61 stored samples (host and device)" in check.detail
+    result.facts["memory_trend"] = "\x1b[2J[red]plateau[/red]" + "x" * 100
+    check = check_memory_trend("c", result)
+    assert check.verdict == FAIL and "record inconsistent: memory_trend is" in check.detail
+    assert "\x1b" not in check.detail and "x" * 60 not in check.detail  # an edited text is quoted, escaped, cut
+    del result.facts["device_memory_samples"]
+    result.facts["memory_trend"] = mt.GROWING
+    assert check_memory_trend("c", result).verdict == INCONCLUSIVE
+    assert check_memory_trend("c", _finished()).verdict == SKIP
+    assert check_memory_trend("c", RunResult(config=CONFIG, status=FAILED, reason="x")).verdict == SKIP
+
+
 @pytest.mark.e2e
 def test_a_leaking_loader_is_growing_and_a_steady_one_a_plateau(tmp_path, test_plugins):
     """The loader keeps every 2 MiB sample it reads (in the training process at 0 workers, in the worker at 1), or

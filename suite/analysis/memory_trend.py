@@ -16,11 +16,14 @@ residuals each claim is a one-sided 2.5 % test: a growth beyond the tolerance is
 of windows, a flat or falling series is called growing in at most 2.5 %. :func:`calibrate` measures both rates on
 synthetic series with correlated noise and a step saw-tooth (docs/performance.md has the figures). A plateau bounds the
 growth *over the window measured*: for a longer run, extrapolate with the interval's upper end.
+
+A run records each series' samples as fitted (:func:`record`: ``facts.<host|device>_memory_samples``), so that an
+audit fits them again (:func:`refit_differences`) and finds a verdict or a figure that was edited after the run.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -56,6 +59,8 @@ class Trend:
     blocks: int
     measured_steps: int
     reason: str
+    #: (position in measured steps, bytes) as fitted; recorded apart (:func:`record`), not among the trend's facts
+    fitted: tuple[tuple[float, float], ...] = field(default=(), repr=False, compare=False)
 
     def metrics(self, prefix: str) -> dict[str, float]:
         """``<prefix>_growth_bytes_per_step`` with its ``_ci95_low``/``_ci95_high`` and the tolerance."""
@@ -67,7 +72,7 @@ class Trend:
                 f"{prefix}_growth_tolerance_bytes_per_step": float(self.tolerance_per_step or 0.0)}
 
     def facts(self) -> dict[str, Any]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "fitted"}
 
 
 def verdict_of(low: float, high: float, tolerance: float) -> str:
@@ -115,9 +120,10 @@ def fit(positions: Sequence[float] | np.ndarray, values: Sequence[float] | np.nd
         series: str) -> Trend:
     """The trend of ``values`` (bytes) at ``positions`` (in measured steps from the window's start)."""
     x, y = np.asarray(positions, dtype=float), np.asarray(values, dtype=float)
+    fitted = tuple(zip(positions, values, strict=True))
     if len(x) < MIN_SAMPLES or measured_steps < 1:
         return Trend(series, INCONCLUSIVE, None, None, None, None, len(x), 0, measured_steps,
-                     f"{len(x)} samples in the measured window: a verdict needs at least {MIN_SAMPLES}")
+                     f"{len(x)} samples in the measured window: a verdict needs at least {MIN_SAMPLES}", fitted)
     order = np.argsort(x, kind="stable")
     blocks = BLOCKS
     groups = np.array_split(order, blocks)
@@ -126,7 +132,7 @@ def fit(positions: Sequence[float] | np.ndarray, values: Sequence[float] | np.nd
     sxx = float(((bx - bx.mean()) ** 2).sum())
     if sxx <= 0:
         return Trend(series, INCONCLUSIVE, None, None, None, None, len(x), blocks, measured_steps,
-                     "every sample at the same position: no slope")
+                     "every sample at the same position: no slope", fitted)
     slope = float(((bx - bx.mean()) * (by - by.mean())).sum() / sxx)
     residuals = by - (by.mean() + slope * (bx - bx.mean()))
     dof = blocks - 2
@@ -139,7 +145,84 @@ def fit(positions: Sequence[float] | np.ndarray, values: Sequence[float] | np.nd
     return Trend(series, verdict, slope, slope - half, slope + half, tolerance, len(x), blocks, measured_steps,
                  f"{CONFIDENCE:.0%} interval of the growth per step against ±{tolerance:.4g} bytes/step "
                  f"(±{RELATIVE_TOLERANCE:.0%} of {y.mean() / 2**20:.1f} MiB over {measured_steps} steps, at least "
-                 f"{ABSOLUTE_FLOOR_BYTES / 2**20:g} MiB), line through {blocks} block means")
+                 f"{ABSOLUTE_FLOOR_BYTES / 2**20:g} MiB), line through {blocks} block means", fitted)
+
+
+def record(trend: Trend, prefix: str, metrics: dict[str, float], facts: dict[str, Any]) -> None:
+    """A series' trend into a run's record: its metrics (``<prefix>_growth_...``), its facts
+    (``<where>_memory_trend``) and the samples it was fitted on (``<where>_memory_samples``, for
+    :func:`refit_differences`); ``prefix`` is one of :data:`SERIES`."""
+    where = dict(SERIES)[prefix]
+    metrics.update(trend.metrics(prefix))
+    facts[f"{where}_memory_trend"] = trend.facts()
+    facts[f"{where}_memory_samples"] = {"positions": [float(p) for p, _ in trend.fitted],
+                                        "bytes": [float(v) for _, v in trend.fitted]}
+
+
+#: Relative difference between a recorded figure and its refit that is an inconsistency (the same samples give the
+#: same figures bitwise; JSON keeps every float exactly).
+REFIT_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Refit:
+    """A recorded memory trend fitted again from its stored samples (:func:`refit_differences`)."""
+
+    series: tuple[str, ...]  # the series refitted ("host", "device")
+    samples: int  # in all
+    missing: tuple[str, ...]  # series with a trend recorded but no samples stored (cannot be refitted)
+    differences: tuple[str, ...]  # what the record says and its samples do not give
+
+
+def refit_differences(metrics: dict[str, float], facts: dict[str, Any]) -> Refit | None:
+    """Each recorded series fitted again from its stored samples over the record's ``measured_steps``, against the
+    recorded figures, the series' verdict and the combined ``memory_trend``; ``None`` where the record has no memory
+    trend at all. Malformed samples count as a difference."""
+    refitted: list[str] = []
+    missing: list[str] = []
+    differences: list[str] = []
+    verdicts: list[str] = []
+    count = 0
+    steps = int(metrics.get("measured_steps", 0))
+    for prefix, where in SERIES:
+        trend_fact = facts.get(f"{where}_memory_trend")
+        recorded_metrics = {k: v for k, v in metrics.items() if k.startswith(f"{prefix}_growth_")}
+        if trend_fact is None and not recorded_metrics:
+            continue
+        samples = facts.get(f"{where}_memory_samples")
+        if samples is None:
+            missing.append(where)
+            continue
+        try:
+            positions, values = samples["positions"], samples["bytes"]
+            if len(positions) != len(values):
+                raise ValueError("positions and bytes differ in length")
+            again = fit([float(p) for p in positions], [float(v) for v in values], steps, where)
+        except (KeyError, TypeError, ValueError) as exc:
+            differences.append(f"{where} memory samples unreadable ({exc})")
+            continue
+        refitted.append(where)
+        count += again.samples
+        verdicts.append(again.verdict)
+        said = trend_fact.get("verdict") if isinstance(trend_fact, dict) else None
+        if said != again.verdict:
+            differences.append(f"{where} memory trend is {said!r} but its {again.samples} stored samples give "
+                               f"{again.verdict!r}")
+        expected = again.metrics(prefix)
+        for name in sorted(set(expected) | set(recorded_metrics)):
+            value, want = recorded_metrics.get(name), expected.get(name)
+            if value is None or want is None:
+                differences.append(f"{name} is {'missing' if value is None else f'{value:.6g}'} but its stored "
+                                   f"samples give {'none' if want is None else f'{want:.6g}'}")
+            elif abs(value - want) > REFIT_RTOL * max(abs(want), 1.0):
+                differences.append(f"{name} is {value:.6g} but its {again.samples} stored samples give {want:.6g}")
+    if not refitted and not missing and not differences and "memory_trend" not in facts:
+        return None
+    combined = worst(verdicts)
+    if not missing and facts.get("memory_trend") != combined:
+        differences.append(f"memory_trend is {str(facts.get('memory_trend'))[:40]!r} but the refitted series give "
+                           f"{combined!r}")
+    return Refit(tuple(refitted), count, tuple(missing), tuple(differences))
 
 
 def fit_timed(samples: Sequence[tuple[float, float]], window: tuple[float, float], measured_steps: int,

@@ -7,6 +7,8 @@ records, re-runs every configuration from its manifest alone, and gives a verdic
 * ``record``: every headline (throughput, its interval, step-time percentiles, data-wait, steps, wall time) is what
   the run's own stored per-step times and batch size give, and the manifest's facts (device, fingerprints) are
   results.json's: a hand edit or a bug is "record inconsistent" (FAIL);
+* ``memory_trend``: the memory trend (verdict, growth and interval, host and device) is what the run's stored
+  memory samples give when fitted again; a record without them is INCONCLUSIVE;
 * ``batch_size``: the batch size logged is the batch size used;
 * ``warmup_accounting``: every configuration excluded the same warm-up steps;
 * ``loader``: the loader, worker count and prefetch factor observed while it ran (the built pipeline, the
@@ -39,6 +41,7 @@ from suite.audit.record_checks import (
     check_convergence,
     check_inputs_now,
     check_loader,
+    check_memory_trend,
     check_record_consistency,
     record_checks,
     record_of,
@@ -111,6 +114,7 @@ def _audit_records(recorded: Recorded, target: str, store: ResultsStore | None, 
         subject = config.config_id + (f" repeat {result.repeat}" if result.repeat else "")
         report.checks.append(check_config(subject, result.config.to_dict(), manifest))
         report.checks.append(check_record_consistency(subject, result, manifest))
+        report.checks.append(check_memory_trend(subject, result))
         if not rerun and result.status == FINISHED:
             report.checks.append(check_inputs_now(subject, config, manifest, computed))
     report.checks += record_checks([record_of(r, m) for r, m in zip(recorded.results, recorded.manifests, strict=True)])

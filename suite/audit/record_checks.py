@@ -122,6 +122,30 @@ def check_record_consistency(subject: str, result: RunResult, manifest: dict[str
                                           f"times: all agree{left}")
 
 
+def check_memory_trend(subject: str, result: RunResult) -> Check:
+    """The memory trend fitted again from the samples the run stored (:func:`suite.analysis.memory_trend.
+    refit_differences`): a verdict or a growth figure edited after the run is "record inconsistent". What cannot be
+    refitted (a record without stored samples) is inconclusive, never a pass. A record whose samples were edited
+    together with every figure they give is not detected: nothing signs a record."""
+    from suite.analysis import memory_trend
+
+    if result.status != FINISHED:
+        return Check(subject, "memory_trend", SKIP, f"the run {result.status}: no memory trend to check")
+    refit = memory_trend.refit_differences(result.metrics, result.facts)
+    if refit is None:
+        return Check(subject, "memory_trend", SKIP, "no memory trend recorded (a record of an older suite)")
+    if refit.differences:
+        return Check(subject, "memory_trend", FAIL, "record inconsistent: " + "; ".join(refit.differences))
+    if refit.missing:
+        return Check(subject, "memory_trend", INCONCLUSIVE,
+                     f"the {' and '.join(refit.missing)} memory trend cannot be refitted: its samples are not stored "
+                     "(a record of an older suite)")
+    verdict = memory_trend.recorded_verdict(result.facts)
+    return Check(subject, "memory_trend", PASS,
+                 f"{verdict} refitted from {refit.samples} stored samples ({' and '.join(refit.series)}): the verdict "
+                 "and every growth figure agree")
+
+
 #: Facts recorded both in results.json and in the manifest (the manifest's key, where in the result's facts).
 _MIRRORED = (("dataset_fingerprint", ("workload", "dataset_fingerprint")),
              ("initial_weights_sha256", ("workload", "initial_weights_sha256")),

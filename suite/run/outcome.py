@@ -97,8 +97,7 @@ def record_memory_trend(result: RunResult, rss_series: Sequence[tuple[float, flo
         return
     host = memory_trend.fit_timed(rss_series, (float(window[0]), float(window[1])), steps,
                                   "host RSS of the configuration's processes, sampled by the runner")
-    result.metrics.update(host.metrics("memory"))
-    result.facts["host_memory_trend"] = host.facts()
+    memory_trend.record(host, "memory", result.metrics, result.facts)
     device = result.facts.get("device_memory_trend")
     result.facts["memory_trend"] = memory_trend.worst([host.verdict, device and device.get("verdict")])
 

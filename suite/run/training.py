@@ -214,8 +214,7 @@ class _MeasuredBlock:
         if self.device_memory:
             trend = memory_trend.fit(range(1, len(self.device_memory) + 1), self.device_memory, done - first,
                                      "device memory in use after each measured step")
-            result.metrics.update(trend.metrics("device_memory"))
-            result.facts["device_memory_trend"] = trend.facts()
+            memory_trend.record(trend, "device_memory", result.metrics, result.facts)
 
 
 def _evaluate_between_steps(quality: QualityTracker, steps: TrainingSteps, done: int) -> bool:
