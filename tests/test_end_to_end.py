@@ -123,6 +123,11 @@ def test_set_up_is_measured_per_phase_and_the_processes_started_ahead(matrix_run
     assert timing["in_window_s"] == pytest.approx(windows)
     assert timing["in_window_fraction"] == pytest.approx(windows / timing["matrix_wall_s"])
     assert 0.05 < timing["in_window_fraction"] < 1  # from this call of main(), not from the test process's start
+    from suite.analysis.timeline import TIMELINE
+
+    assert sum(timing[key] for key, _ in TIMELINE) == pytest.approx(timing["matrix_wall_s"])  # every part, once
+    assert timing["evaluation_s"] == pytest.approx(sum(r["metrics"]["eval_time_s"] for r in results))
+    assert min(timing[key] for key, _ in TIMELINE) >= 0
     assert timing["setup_mlflow_s"] > 0
     parent = next(run for run in client.search_runs([client.get_experiment_by_name("bridgetower").experiment_id])
                   if run.data.tags.get("suite.role") == "matrix")

@@ -183,6 +183,8 @@ def test_a_recorded_trend_refits_to_itself_from_its_stored_samples():
     (lambda r: r.metrics.__setitem__("device_memory_growth_bytes_per_step_ci95_low", -1.0),
      "device_memory_growth_bytes_per_step_ci95_low is -1 but"),
     (lambda r: r.metrics.__setitem__("memory_growth_bytes_per_step", 5e6), "memory_growth_bytes_per_step is 5e+06"),
+    (lambda r: r.metrics.__setitem__("memory_growth_bytes_per_step", float("nan")),
+     "memory_growth_bytes_per_step is nan but"),
     (lambda r: r.metrics.pop("memory_growth_tolerance_bytes_per_step"),
      "memory_growth_tolerance_bytes_per_step is missing"),
     (lambda r: r.metrics.__setitem__("measured_steps", 200.0), "memory_growth_tolerance_bytes_per_step is"),

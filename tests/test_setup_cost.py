@@ -211,6 +211,44 @@ def test_the_progress_line_names_the_first_step_latency_and_its_largest_phases()
                     "(median over configurations); MLflow set-up 2.5 s")
 
 
+def test_the_matrix_wall_time_is_partitioned_along_its_runs():
+    from suite.analysis.summary import timing_line
+    from suite.analysis.timeline import TIMELINE, matrix_timing
+    from suite.results.record import KILLED, RunResult
+
+    now = time.time()
+    start = now - 30.0
+
+    def run(begin, end, window, evaluation, **kw):
+        return RunResult(config=RunConfig(**TINY), status=FINISHED, started_at=start + begin, ended_at=start + end,
+                         metrics={"warmup_wall_s": 0.5, "measured_wall_s": window - 0.5, "eval_time_s": evaluation,
+                                  "setup_first_step_s": 0.6}, **kw)
+
+    runs = [run(8.0, 14.0, 3.0, 2.0), run(15.0, 21.0, 3.0, 2.5), run(25.0, 29.0, 2.5, 1.0)]
+    timing = matrix_timing(runs, start, 1.5)
+    assert sum(timing[key] for key, _ in TIMELINE) == pytest.approx(timing["matrix_wall_s"])
+    assert timing["before_first_s"] == pytest.approx(8.0)
+    assert timing["in_window_s"] == pytest.approx(8.5) and timing["evaluation_s"] == pytest.approx(5.5)
+    assert timing["setup_and_teardown_s"] == pytest.approx(16.0 - 8.5 - 5.5)
+    assert timing["between_configurations_s"] == pytest.approx(1.0 + 4.0)
+    assert timing["after_last_s"] == pytest.approx(1.0, abs=0.5)
+    line = timing_line(runs, timing)
+    assert line.startswith("time: 8.5 s of the matrix's 30.0 s in warm-up + measured windows (28%); outside them: "
+                           "8.0 s before the first configuration, 5.5 s evaluating, 2.0 s setting configurations up "
+                           "and down, 5.0 s between configurations, 1.0 s after the last; first step after 0.6 s"), line
+    # measured on another node: not this node's time; a run that never started, or runs side by side: no partition
+    from suite.results.record import WORKER_NODE
+
+    elsewhere = run(29.1, 29.5, 1.0, 0.0, facts={"node_role": WORKER_NODE})
+    assert elsewhere.recorded_elsewhere
+    assert matrix_timing([*runs, elsewhere], start, None)["in_window_s"] == pytest.approx(8.5)
+    never = RunResult(config=RunConfig(**TINY), status=KILLED, ended_at=now)
+    overlapping = [run(8.0, 14.0, 3.0, 2.0), run(13.0, 21.0, 3.0, 2.5)]
+    for partial in ([*runs, never], overlapping):
+        timing = matrix_timing(partial, start, None)
+        assert "in_window_fraction" in timing and not {k for k, _ in TIMELINE} - {"in_window_s"} & set(timing)
+
+
 def test_a_process_started_ahead_that_dies_at_the_hand_over_is_replaced_by_a_fresh_one(tmp_path, monkeypatch):
     """It died after the runner checked it (the race fits() cannot close): the hand-over meets a broken pipe."""
     standby = Standby(RunConfig(**TINY))

@@ -34,6 +34,15 @@ CONFIDENCE = 0.90
 REPLICATES = 2000
 
 
+def same_figure(recorded: float, recomputed: float, rtol: float, floor: float) -> bool:
+    """A recorded figure against the same figure recomputed from the record's own data (a consistency check, not a
+    statistical one): equal within ``rtol`` of the recomputed value (at least of ``floor``); two NaNs agree, a NaN
+    against a number does not (an edit to NaN is caught)."""
+    if math.isnan(recorded) or math.isnan(recomputed):
+        return math.isnan(recorded) and math.isnan(recomputed)
+    return abs(recorded - recomputed) <= rtol * max(abs(recomputed), floor)
+
+
 @dataclass(frozen=True)
 class RatioTest:
     """The ratio re-run / recorded, its interval, the band, and the verdict."""

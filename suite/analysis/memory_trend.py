@@ -28,6 +28,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from suite.analysis.equivalence import same_figure
+
 PLATEAU, GROWING, INCONCLUSIVE = "plateau", "growing", "inconclusive"
 #: Growth over the measured window counted as none: 1 % of the memory in use.
 RELATIVE_TOLERANCE = 0.01
@@ -206,7 +208,7 @@ def refit_differences(metrics: dict[str, float], facts: dict[str, Any]) -> Refit
         verdicts.append(again.verdict)
         said = trend_fact.get("verdict") if isinstance(trend_fact, dict) else None
         if said != again.verdict:
-            differences.append(f"{where} memory trend is {said!r} but its {again.samples} stored samples give "
+            differences.append(f"{where} memory trend is {_quoted(said)} but its {again.samples} stored samples give "
                                f"{again.verdict!r}")
         expected = again.metrics(prefix)
         for name in sorted(set(expected) | set(recorded_metrics)):
@@ -214,15 +216,21 @@ def refit_differences(metrics: dict[str, float], facts: dict[str, Any]) -> Refit
             if value is None or want is None:
                 differences.append(f"{name} is {'missing' if value is None else f'{value:.6g}'} but its stored "
                                    f"samples give {'none' if want is None else f'{want:.6g}'}")
-            elif abs(value - want) > REFIT_RTOL * max(abs(want), 1.0):
+            elif not same_figure(float(value), want, REFIT_RTOL, 1.0):
                 differences.append(f"{name} is {value:.6g} but its {again.samples} stored samples give {want:.6g}")
     if not refitted and not missing and not differences and "memory_trend" not in facts:
         return None
     combined = worst(verdicts)
     if not missing and facts.get("memory_trend") != combined:
-        differences.append(f"memory_trend is {str(facts.get('memory_trend'))[:40]!r} but the refitted series give "
+        differences.append(f"memory_trend is {_quoted(facts.get('memory_trend'))} but the refitted series give "
                            f"{combined!r}")
     return Refit(tuple(refitted), count, tuple(missing), tuple(differences))
+
+
+def _quoted(value: Any) -> str:
+    """A recorded value as a difference quotes it: escaped (``repr``) and cut, whatever an edit put there."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:36] + "...'"
 
 
 def fit_timed(samples: Sequence[tuple[float, float]], window: tuple[float, float], measured_steps: int,

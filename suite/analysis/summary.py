@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from suite.analysis.timeline import TIMELINE
 from suite.meters.setup import metric_name
 from suite.results.record import FINISHED, RunResult
 from suite.text import visible
@@ -50,14 +51,19 @@ def setup_text(metrics: dict[str, float]) -> str:
 
 
 def timing_line(results: Sequence[RunResult], timing: dict[str, float]) -> str:
-    """Where the matrix's time went: the share in warm-up + measured windows and the median first-step latency."""
+    """Where the matrix's time went: the share in warm-up + measured windows, the median first-step latency and the
+    parts outside the windows."""
     if not timing:
         return "time: not measured"
     line = (f"time: {timing['in_window_s']:.1f} s of the matrix's {timing['matrix_wall_s']:.1f} s in warm-up + "
             f"measured windows ({timing['in_window_fraction']:.0%})")
+    outside = [f"{timing[key]:.1f} s {words}" for key, words in TIMELINE if key in timing and key != "in_window_s"]
+    if outside:
+        line += f"; outside them: {', '.join(outside)}"
     firsts = sorted(r.metrics["setup_first_step_s"] for r in results if "setup_first_step_s" in r.metrics)
     if firsts:
         line += f"; first step after {firsts[len(firsts) // 2]:.1f} s (median over configurations)"
     if "setup_mlflow_s" in timing:
         line += f"; MLflow set-up {timing['setup_mlflow_s']:.1f} s"
     return line
+

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from suite.analysis.equivalence import FAIL, INCONCLUSIVE, PASS
+from suite.analysis.equivalence import FAIL, INCONCLUSIVE, PASS, same_figure
 from suite.audit.verdicts import SKIP, AuditReport, Check, Record
 from suite.config import RunConfig
 from suite.errors import SuiteError
@@ -112,7 +112,7 @@ def check_record_consistency(subject: str, result: RunResult, manifest: dict[str
         recorded, again = metrics.get(name), float(getattr(stats, name))
         if recorded is None:
             problems.append(f"{name} is missing")
-        elif abs(recorded - again) > CONSISTENCY_RTOL * max(abs(again), 1e-12):
+        elif not same_figure(float(recorded), again, CONSISTENCY_RTOL, 1e-12):
             problems.append(f"{name} is {recorded:.6g} but its {len(steps)} stored step times and batch {batch} give "
                             f"{again:.6g}")
     if problems:

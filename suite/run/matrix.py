@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from suite.analysis.scoring import ConfigScore, score_repeats
+from suite.analysis.timeline import matrix_timing
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError, RecordingError, UnknownPluginError
 from suite.meters.setup import process_started_at
@@ -85,7 +86,7 @@ class MatrixOutcome:
     recorder_errors: list[str] = dataclasses.field(default_factory=list)
     recording_error: str | None = None  # the results folder could not be written
     rescue_file: Path | None = None  # where the runs were kept instead
-    timing: dict[str, float] = dataclasses.field(default_factory=dict)  # see matrix_timing
+    timing: dict[str, float] = dataclasses.field(default_factory=dict)  # see suite.analysis.timeline
 
 
 #: How many configuration processes are started ahead at once (see run_matrix): two import side by side on two cores;
@@ -105,19 +106,6 @@ def start_first(configs: Sequence[RunConfig], repeats: int, memory_limit_bytes: 
         except (OSError, ValueError):
             break
     return started
-
-
-def matrix_timing(results: Sequence[RunResult], started_at: float, setup_mlflow_s: float | None
-                  ) -> dict[str, float]:
-    """Where a matrix's wall time went: from the runner's start to now (the report, written after, is not in it),
-    the part inside the configurations' warm-up and measured windows, and its share (``in_window_fraction``)."""
-    wall = max(1e-9, time.time() - started_at)
-    windows = sum(r.metrics.get("warmup_wall_s", 0.0) + r.metrics.get("measured_wall_s", 0.0)
-                  for r in results if not r.recorded_elsewhere)
-    timing = {"matrix_wall_s": wall, "in_window_s": windows, "in_window_fraction": windows / wall}
-    if setup_mlflow_s is not None:
-        timing["setup_mlflow_s"] = setup_mlflow_s
-    return timing
 
 
 class _StopMatrix(Exception):
