@@ -20,6 +20,8 @@ SETUP_PHASES: dict[str, str] = {
     "fingerprint": "the dataset fingerprint: a sha256 per file (cached by path, size and mtime) and of the set",
     "tokenization": "tokenizing every caption (cached by tokenizer, dataset fingerprint and max length)",
     "model": "building (or loading) the model, weights fingerprint, placing it on the device, optimizer",
+    "eval_inputs": "the held-out images through the loader's worker-side pipeline once, before the run (read from "
+                   "the cache where an earlier run made them; workloads.bridgetower.eval_inputs)",
     "loader_start": "from the start of training to the first batch in hand (loader workers started)",
     "first_step": "from the configuration's start (its hand-over to a process started ahead of its turn, or its "
                   "launch) to the end of its first training step: the first-step latency",

@@ -15,7 +15,7 @@ import torch
 from suite.config import RunConfig
 from suite.workload import Workload
 
-from workloads.bridgetower import inputs
+from workloads.bridgetower import eval_inputs, inputs
 from workloads.bridgetower.data.bounds import DecodeBudget, ImageBounds
 from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE, CaptionedImages, endless, make_loader
 from workloads.bridgetower.data.sources import ImageCaptionSource
@@ -84,6 +84,7 @@ class BridgeTowerWorkload(Workload):
         self._decoder: str | None = None  # the on-device decoder that ran (loaders device, dali)
         self._fallbacks = DecodeFallbacks()  # training images the device decoder left to the host
         self._skipped = 0
+        self._eval_images: Any = None  # the held-out images preprocessed before the run (eval_inputs)
 
     @classmethod
     def preload(cls) -> None:
@@ -123,6 +124,9 @@ class BridgeTowerWorkload(Workload):
         total_steps = config.total_steps
         self.image_size = int(model.config.vision_config.image_size)  # `model`: unwrapped by DDP
         bounds, budget = self._make_loaders(source, held_out, encoded, encoded_held_out)
+        with clock.phase("eval_inputs"):
+            self._eval_images, self._facts["eval_images"] = eval_inputs.prepare(self.eval_dataset,
+                                                                                self.device.torch_device.type)
         dataset = self.train_dataset
         self._facts.update(
             dataset=everything.describe(),
@@ -205,7 +209,8 @@ class BridgeTowerWorkload(Workload):
 
     def evaluate(self) -> dict[str, float]:
         """Retrieval recall@1/@5 both ways over the held-out pairs, on the device, in the run's precision (see
-        :mod:`workloads.bridgetower.evaluation`); ``eval_accuracy`` and ``eval_samples`` among the figures."""
+        :mod:`workloads.bridgetower.evaluation`), their images preprocessed before the run where the loader has a
+        worker-side pipeline (:mod:`~workloads.bridgetower.eval_inputs`); ``eval_accuracy`` and ``eval_samples``."""
         from torch.utils.data import DataLoader
 
         from workloads.bridgetower.data.loader import collate
@@ -213,8 +218,10 @@ class BridgeTowerWorkload(Workload):
         model = self.model.module if isinstance(self.model, torch.nn.parallel.DistributedDataParallel) else self.model
         # its own generator: torch draws each iterator's base seed from the global RNG otherwise, which would move
         # the dropout of the training steps after an evaluation
-        batches = DataLoader(self.eval_dataset, batch_size=self.config.batch_size, shuffle=False, num_workers=0,
-                             collate_fn=collate, generator=torch.Generator())
+        batches = (eval_inputs.batches(self.eval_dataset, self._eval_images, self.config.batch)
+                   if self._eval_images is not None else
+                   DataLoader(self.eval_dataset, batch_size=self.config.batch_size, shuffle=False, num_workers=0,
+                              collate_fn=collate, generator=torch.Generator()))
         observed, fallbacks = self._observed_loader, self._fallbacks  # what evaluation reads is not what trained
         self._fallbacks = DecodeFallbacks()
         texts, images = embed_pairs(model, batches, self._pixel_values, self.device.training().to_device,
@@ -285,6 +292,8 @@ class BridgeTowerWorkload(Workload):
         return dict(self._facts)
 
     def teardown(self) -> None:
+        if self._eval_images is not None:
+            self._eval_images.close()
         loader, self._loader = self._loader, None
         if loader is not None and getattr(loader, "_iterator", None) is not None:
             loader._iterator._shutdown_workers()  # persistent workers: stop them now, not at exit
