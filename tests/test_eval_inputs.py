@@ -180,3 +180,21 @@ def test_two_processes_making_the_file_at_once_both_run_and_leave_one_whole_file
     assert [p.name for p in cache.iterdir() if not p.name.startswith(".")] and not [
         p for p in cache.iterdir() if p.name.startswith(".eval-inputs.")]  # no temporary file left behind
     assert _workload().facts()["eval_images"].endswith("(from the cache)")
+
+
+def test_a_corrupt_held_out_image_fails_the_set_up_naming_it_before_any_training(cache, tmp_path):
+    import shutil
+
+    from suite.errors import DatasetError
+    from workloads.bridgetower.data.synthetic import ensure_synthetic
+
+    dataset = tmp_path / "data"
+    shutil.copytree(ensure_synthetic(samples=16, seed=5, root=tmp_path / "synthetic"), dataset)
+    victim = dataset / "00003.jpg"  # the set is too small to hold pairs out: its training pairs are evaluated
+    victim.write_bytes(victim.read_bytes()[:1500])
+    config = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=0, loader="cpu",
+                       precision="fp32", steps=2, batch_size=16, dataset=str(dataset))
+    workload = BridgeTowerWorkload(config, cpu_adapter())
+    with pytest.raises(DatasetError, match=f"cannot decode image {victim}"):
+        workload.setup()
+    assert "eval_inputs" in workload.setup_clock.seconds and not list(cache.iterdir())  # nothing half-made kept
