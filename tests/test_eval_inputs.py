@@ -72,7 +72,8 @@ def test_a_second_run_reads_the_file_and_other_inputs_get_their_own(cache):
     second = _workload()
     assert second.facts()["eval_images"] == ("preprocessed once by the reference pipeline before the run (from the "
                                              "cache)")
-    assert second._eval_images.path == made and second.evaluate() == first.evaluate()
+    assert os.fstat(second._eval_images.handle.fileno()).st_ino == made.stat().st_ino
+    assert second.evaluate() == first.evaluate()
     _workload(eval_samples=40)  # other held-out images: another key, another file
     _workload("cpu-fast")  # another pipeline
     assert len(list(cache.iterdir())) == 3
@@ -122,10 +123,21 @@ def test_a_cache_that_cannot_be_written_keeps_the_images_for_this_run_only(cache
     workload = _workload()
     fact = workload.facts()["eval_images"]
     assert "for this run only (the cache cannot be written:" in fact, fact
-    path = workload._eval_images.path
-    assert path.is_file() and workload.evaluate()["eval_samples"] == 44.0
+    handle = workload._eval_images.handle
+    assert os.fstat(handle.fileno()).st_nlink == 0  # unlinked at once: nothing is left behind, whatever happens
+    assert workload.evaluate()["eval_samples"] == 44.0
     workload.teardown()
-    assert not path.exists()  # the run's temporary file is gone with it
+    assert handle.closed
+
+
+def test_the_cache_cleaned_or_replaced_mid_run_does_not_reach_the_run(cache):
+    workload = _workload()
+    expected = workload.evaluate()
+    [path] = list(cache.iterdir())
+    path.unlink()  # a user cleaning the cache while a run goes on
+    assert workload.evaluate() == expected
+    path.write_bytes(b"planted after the run checked it")
+    assert workload.evaluate() == expected
 
 
 def test_a_directory_where_the_file_should_be_is_not_read_and_the_run_goes_on(cache):

@@ -27,7 +27,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 import numpy as np
 import torch
@@ -45,31 +45,31 @@ _HEADER_MAX = 1 << 16
 
 @dataclass(frozen=True)
 class EvalImages:
-    """The worker-stage output of every held-out image, in order, in a file read a batch at a time."""
+    """The worker-stage output of every held-out image, in order, in a file held open (what a later change to the
+    path does, a cache cleaned or replaced mid-run, does not reach this run) and read a batch at a time."""
 
-    path: Path
+    handle: BinaryIO
     offset: int  # where the items' bytes start
     dtype: np.dtype
     item_shape: tuple[int, ...]
     count: int
-    origin: str  # how it was obtained, for the record
-    temporary: bool = False  # a file of this run only: removed by close()
 
     def batches(self, batch_size: int) -> Iterator[torch.Tensor]:
         """The items ``batch_size`` at a time, in order (the last batch may be shorter), as the loader stacks them."""
-        item = int(np.prod(self.item_shape)) * self.dtype.itemsize
-        with open(self.path, "rb") as handle:
-            for start in range(0, self.count, batch_size):
-                count = min(batch_size, self.count - start)
-                handle.seek(self.offset + start * item)
-                data = np.fromfile(handle, dtype=self.dtype, count=count * int(np.prod(self.item_shape)))
-                if data.size != count * int(np.prod(self.item_shape)):
-                    raise OSError(f"{self.path} ended early (item {start + data.size // max(1, item)})")
-                yield torch.from_numpy(data.reshape(count, *self.item_shape))
+        per_item = int(np.prod(self.item_shape))
+        for start in range(0, self.count, batch_size):
+            count = min(batch_size, self.count - start)
+            data = np.empty(count * per_item, dtype=self.dtype)
+            wanted = data.nbytes
+            read = os.preadv(self.handle.fileno(), [data.data.cast("B")],
+                             self.offset + start * per_item * self.dtype.itemsize)
+            if read != wanted:
+                raise OSError(f"the preprocessed held-out images ended early ({read} of {wanted} bytes at item "
+                              f"{start})")
+            yield torch.from_numpy(data.reshape(count, *self.item_shape))
 
     def close(self) -> None:
-        if self.temporary:
-            self.path.unlink(missing_ok=True)
+        self.handle.close()
 
 
 def batches(dataset: Any, images: EvalImages, batch_size: int) -> Iterator[dict[str, Any]]:
@@ -143,35 +143,38 @@ class _NotKept(Exception):
 
 
 def _open(path: Path, key: str) -> EvalImages | None:
-    """The cached file at ``path`` if its header is for ``key`` and its data are whole and as digested."""
+    """The cached file at ``path``, held open, if its header is for ``key`` and its data are whole and as digested."""
     try:
-        with open(path, "rb") as handle:
-            header = json.loads(handle.readline(_HEADER_MAX))
-            offset = handle.tell()
-            if not isinstance(header, dict) or header.get("key") != key:
-                return None
-            dtype, shape, count = np.dtype(header["dtype"]), tuple(int(n) for n in header["item_shape"]), \
-                int(header["count"])
-            expected = count * int(np.prod(shape)) * dtype.itemsize
-            if os.fstat(handle.fileno()).st_size != offset + expected:
-                return None
-            digest = hashlib.sha256()
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
-            if digest.hexdigest() != header.get("sha256"):
-                return None
-    except (OSError, ValueError, KeyError, TypeError):
+        handle = open(path, "rb")
+    except OSError:
         return None
-    return EvalImages(path, offset, dtype, shape, count, "cache")
+    try:
+        header = json.loads(handle.readline(_HEADER_MAX))
+        offset = handle.tell()
+        if not isinstance(header, dict) or header.get("key") != key:
+            raise ValueError("another key")
+        dtype, shape, count = np.dtype(header["dtype"]), tuple(int(n) for n in header["item_shape"]), \
+            int(header["count"])
+        if os.fstat(handle.fileno()).st_size != offset + count * int(np.prod(shape)) * dtype.itemsize:
+            raise ValueError("not whole")
+        digest = hashlib.sha256()
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+        if digest.hexdigest() != header.get("sha256"):
+            raise ValueError("another digest")
+    except (OSError, ValueError, KeyError, TypeError):
+        handle.close()
+        return None
+    return EvalImages(handle, offset, dtype, shape, count)
 
 
 def _write(dataset: Any, key: str, folder: Path, path: Path | None) -> EvalImages:
-    """Every held-out item through the worker stage into a new file in ``folder`` (moved to ``path``, or kept as a
-    temporary file where ``path`` is None); streamed, one item in memory at a time. The header goes first with a
-    placeholder digest of the same length, rewritten once the data are written."""
+    """Every held-out item through the worker stage into a new file in ``folder``, moved to ``path`` (or, where it is
+    None, unlinked at once: this run's own, gone with its handle); streamed, one item in memory at a time. The header
+    goes first with a placeholder digest of the same length, rewritten once the data are written."""
     fd, tmp = tempfile.mkstemp(prefix=".eval-inputs.", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with os.fdopen(fd, "wb") as writer:
             first = dataset[0]["images"] if len(dataset) else None
             if first is None:
                 raise _NotKept("no held-out image")
@@ -183,7 +186,7 @@ def _write(dataset: Any, key: str, folder: Path, path: Path | None) -> EvalImage
                 return json.dumps({"key": key, "dtype": dtype.str, "item_shape": list(shape), "count": count,
                                    "sha256": sha256}).encode() + b"\n"
 
-            offset = handle.write(header("0" * 64))
+            offset = writer.write(header("0" * 64))
             digest = hashlib.sha256()
             for index in range(count):
                 images = first if index == 0 else dataset[index]["images"]
@@ -191,16 +194,18 @@ def _write(dataset: Any, key: str, folder: Path, path: Path | None) -> EvalImage
                     raise _NotKept(f"held-out images of different shapes or types ({shape}, {tuple(images.shape)})")
                 data = images.contiguous().numpy().tobytes()
                 digest.update(data)
-                handle.write(data)
-            handle.seek(0)
-            handle.write(header(digest.hexdigest()))  # the same length: hex digests are 64 characters
-            handle.flush()
-            os.fsync(handle.fileno())
-        final = Path(tmp)
-        if path is not None:
-            os.replace(tmp, path)
-            final = path
-        return EvalImages(final, offset, dtype, shape, count, "made", temporary=path is None)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+                writer.write(data)
+            writer.seek(0)
+            writer.write(header(digest.hexdigest()))  # the same length: hex digests are 64 characters
+            writer.flush()
+            os.fsync(writer.fileno())
+        reader = open(tmp, "rb")
+        try:
+            if path is not None:
+                os.replace(tmp, path)
+        except BaseException:
+            reader.close()
+            raise
+        return EvalImages(reader, offset, dtype, shape, count)
+    finally:
+        Path(tmp).unlink(missing_ok=True)  # moved into the cache, or this run's own: open until close()
