@@ -39,6 +39,22 @@ def test_a_line_is_fitted_exactly_and_judged_against_the_tolerance():
     assert mt.fit(positions[:10], np.full(10, level), steps, "host").metrics("memory") == {}
 
 
+def test_a_growth_within_the_tolerance_is_never_called_growing_however_sure_it_is():
+    """Growth over the window within the tolerance counts as none: a significant but small growth (a heap settling)
+    whose interval straddles the tolerance is inconclusive, not growing; growing needs the interval above it."""
+    positions = np.arange(60) / 2
+    level = 500 * MiB
+    tolerance = 0.01 * level / 30
+    noisy = level + 0.8 * tolerance * positions + np.random.default_rng(0).normal(0, MiB, 60)
+    settling = mt.fit(positions, noisy, 30, "host")
+    assert 0 < settling.ci95_low < settling.tolerance_per_step < settling.ci95_high  # significant, straddling
+    assert settling.verdict == mt.INCONCLUSIVE
+    beyond = mt.fit(positions, noisy + 0.8 * tolerance * positions, 30, "host")  # 1.6 x the tolerance
+    assert beyond.ci95_low > beyond.tolerance_per_step and beyond.verdict == mt.GROWING
+    assert mt.verdict_of(0.5, 0.9, 1.0) == mt.PLATEAU and mt.verdict_of(0.5, 1.1, 1.0) == mt.INCONCLUSIVE
+    assert mt.verdict_of(1.01, 1.5, 1.0) == mt.GROWING and mt.verdict_of(-3.0, -2.0, 1.0) == mt.INCONCLUSIVE
+
+
 def test_a_small_footprint_is_judged_against_the_absolute_floor():
     positions = np.arange(40)
     trend = mt.fit(positions, 10 * MiB + 20_000 * positions, 40, "device")  # 0.8 MiB over 40 steps, 8 % of 10 MiB
@@ -56,13 +72,15 @@ def test_noise_widens_the_interval_towards_inconclusive_never_towards_plateau():
 
 
 def test_error_rates_on_correlated_noise_with_a_step_sawtooth():
-    """The figures the README states: a flat series is called growing, and one growing by twice the tolerance is
-    called a plateau, rarely; at the tolerance itself a plateau stays near the nominal 2.5 %."""
+    """The figures docs/performance.md states: a flat series is never called growing, one growing by twice the
+    tolerance never a plateau; at the tolerance itself either claim stays near its nominal 2.5 % (5.6 % for growing:
+    the step saw-tooth against the blocks); a leak of twice the tolerance is found 9 times in 10."""
     rates = mt.calibrate(windows=1000)
-    assert rates["false_growing_rate"] <= 0.05, rates
+    assert rates["false_growing_rate"] <= 0.01, rates
     assert rates["false_plateau_rate"] <= 0.01, rates
     assert rates["boundary_plateau_rate"] <= 0.05, rates
-    assert rates["outcomes"]["leaking"][mt.GROWING] >= 0.95, rates
+    assert rates["boundary_growing_rate"] <= 0.08, rates
+    assert rates["leak_found_rate"] >= 0.8, rates
     assert rates["outcomes"]["flat"][mt.PLATEAU] >= 0.5, rates  # the test has power, not only caution
 
 

@@ -9,13 +9,16 @@ absorbs the saw-tooth of a step's allocations and frees and most of the sample-t
 make an interval over raw samples far too narrow.
 
 The verdict, for a declared tolerance (growth over the whole measured window within ±:data:`RELATIVE_TOLERANCE`
-of the series' mean level, at least :data:`ABSOLUTE_FLOOR_BYTES`): **plateau** only when the whole 95 % interval
-of the growth per step lies inside ± tolerance / measured steps; **growing** when its lower end is above zero and it
-is not a plateau; **inconclusive** otherwise (noise, too few samples, memory falling). With independent normal block
-residuals each claim is a one-sided 2.5 % test: a growth beyond the tolerance is called a plateau in at most 2.5 %
-of windows, a flat or falling series is called growing in at most 2.5 %. :func:`calibrate` measures both rates on
-synthetic series with correlated noise and a step saw-tooth (docs/performance.md has the figures). A plateau bounds the
-growth *over the window measured*: for a longer run, extrapolate with the interval's upper end.
+of the series' mean level, at least :data:`ABSOLUTE_FLOOR_BYTES`, counts as none): **plateau** only when the whole
+95 % interval of the growth per step lies inside ± tolerance / measured steps; **growing** only when its lower end is
+above the tolerance (a growth beyond what counts as none); **inconclusive** otherwise (noise, too few samples, memory
+falling, or a growth whose interval straddles the tolerance: a heap still settling after the warm-up). With
+independent normal block residuals each claim is a one-sided 2.5 % test: a growth beyond the tolerance is called a
+plateau in at most 2.5 % of windows, a growth within it (a flat series included) is called growing in at most 2.5 %.
+The rule is the audit's equivalence test's (:mod:`suite.analysis.equivalence`) on a growth instead of a ratio.
+:func:`calibrate` measures the rates on synthetic series with correlated noise and a step saw-tooth
+(docs/performance.md has the figures). A plateau bounds the growth *over the window measured*: for a longer run,
+extrapolate with the interval's upper end.
 
 A run records each series' samples as fitted (:func:`record`: ``facts.<host|device>_memory_samples``), so that an
 audit fits them again (:func:`refit_differences`) and finds a verdict or a figure that was edited after the run.
@@ -81,7 +84,7 @@ def verdict_of(low: float, high: float, tolerance: float) -> str:
     """The rule of the module docstring on an interval of growth per step and a tolerance per step."""
     if -tolerance <= low and high <= tolerance:
         return PLATEAU
-    if low > 0:
+    if low > tolerance:
         return GROWING
     return INCONCLUSIVE
 
@@ -247,9 +250,10 @@ def fit_timed(samples: Sequence[tuple[float, float]], window: tuple[float, float
 def calibrate(windows: int = 2000, steps: int = 20, samples_per_step: int = 3, level: float = 600 * 2**20,
               noise: float = 0.003, correlation: float = 0.7, sawtooth: float = 0.01, seed: int = 0) -> dict[str, Any]:
     """Error rates of :func:`fit` on synthetic windows: a flat series (a *growing* verdict is false), one growing by
-    twice the tolerance over the window (a *plateau* verdict is false) and one growing by exactly the tolerance (the
-    boundary: a plateau there is the test's worst case). Noise: AR(1) with ``correlation`` between samples and a
-    standard deviation of ``noise`` of the level, plus a saw-tooth of ``sawtooth`` of the level within each step."""
+    twice the tolerance over the window (a *plateau* verdict is false; *growing* is the test's power) and one growing
+    by exactly the tolerance (the boundary, either claim's worst case: plateau or growing there is an error). Noise:
+    AR(1) with ``correlation`` between samples and a standard deviation of ``noise`` of the level, plus a saw-tooth
+    of ``sawtooth`` of the level within each step."""
     rng = np.random.default_rng(seed)
     n = steps * samples_per_step
     positions = np.arange(n) / samples_per_step
@@ -269,4 +273,5 @@ def calibrate(windows: int = 2000, steps: int = 20, samples_per_step: int = 3, l
     return {"windows": windows, "steps": steps, "samples_per_step": samples_per_step, "noise": noise,
             "correlation": correlation, "sawtooth": sawtooth, "outcomes": outcomes,
             "false_growing_rate": outcomes["flat"][GROWING], "false_plateau_rate": outcomes["leaking"][PLATEAU],
-            "boundary_plateau_rate": outcomes["boundary"][PLATEAU]}
+            "boundary_plateau_rate": outcomes["boundary"][PLATEAU],
+            "boundary_growing_rate": outcomes["boundary"][GROWING], "leak_found_rate": outcomes["leaking"][GROWING]}
