@@ -130,6 +130,11 @@ def test_bench_loader_json_carries_the_ratios_and_psnr(capsys, tmp_path):
         figures["closed_per_image_s"] / figures["decode_per_image_s"])
     assert figures["closed_per_image_vs_decode"] > 1  # it decodes, then resizes: never faster than decoding alone
     assert figures["settings"]["num_workers"] == 1 and figures["settings"]["batch_size"] == 8
+    # our pipelines' batches travel in the workers' reused shared memory, the reference's in torch's fresh buffers
+    shared = figures["settings"]["shared_batches"]
+    assert set(shared) == {"closed", "open"}
+    for counts in shared.values():  # warm-up and one round of two batches each, every one accounted for
+        assert counts["reused"] + counts["new"] + counts["fresh"] == 4 and counts["new"] >= 1
     training = figures["training"]  # does the open pipeline still teach the model? closed and open side by side
     assert training["steps"] == 6 and set(training) >= {"closed", "open", "open_vs_closed_eval_accuracy"}
     for name in ("closed", "open"):

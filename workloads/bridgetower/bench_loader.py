@@ -5,7 +5,10 @@ For each pipeline of :mod:`.data.pipelines` it measures
 * images per second per worker: the worker stage alone, in a forked process on one thread (what one
   DataLoader worker can deliver);
 * end to end: a DataLoader with ``num_workers`` workers over the same images, each batch finished by
-  the device stage on the CPU device, as batches (and images) per second.
+  the device stage on the CPU device, as batches (and images) per second. Each pipeline's batches travel as its
+  training loader moves them: torch's fresh shared memory per batch for the reference, as the published benchmark
+  ran, the workers' reused shared buffers for ours (:mod:`.data.shared_batches`; how many batches reused one is
+  reported under ``settings``).
 
 Pipelines are measured in interleaved rounds (reference, closed, open, reference, ...) and each figure is
 the median over rounds, so that a slow spell of a shared machine hits all of them alike; the ratios
@@ -40,6 +43,7 @@ from workloads.bridgetower.data.pipelines import (
     psnr_db,
 )
 from workloads.bridgetower.data.resample import resampler_name
+from workloads.bridgetower.data.shared_batches import SharedBatches, of_loader
 from workloads.bridgetower.preprocessing import CLIP_STD
 
 #: The closed pipeline's output must equal the reference's within this, after normalization.
@@ -83,8 +87,8 @@ class _WorkerStage(Dataset):
     def __len__(self) -> int:
         return len(self.images)
 
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return self.pipeline.worker_stage(self.images[index])
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"images": self.pipeline.worker_stage(self.images[index])}
 
 
 def _read_images(options: LoaderBenchOptions) -> tuple[list[bytes], dict[str, Any]]:
@@ -149,9 +153,10 @@ class _DecodeOnly:
 def _end_to_end_epoch(loader: DataLoader, pipeline: ImagePipeline) -> tuple[int, float]:
     """One pass over the images through the workers and the device stage: (batches, seconds)."""
     batches = 0
+    shared = of_loader(loader)
     start = time.perf_counter()
     for batch in loader:
-        pipeline.device_stage(batch, "cpu")
+        pipeline.device_stage((shared.received(batch) if shared else batch)["images"], "cpu")
         batches += 1
     return batches, time.perf_counter() - start
 
@@ -183,8 +188,10 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
 
     workers = options.workers
     loaders = {
-        name: DataLoader(stage, batch_size=options.batch_size, num_workers=workers, collate_fn=default_collate,
-                         drop_last=True, persistent_workers=workers > 0, worker_init_fn=stage.worker_init)
+        name: DataLoader(stage, batch_size=options.batch_size, num_workers=workers, drop_last=True,
+                         collate_fn=(SharedBatches(workers, 2 + 2).collate  # torch's default prefetch, as make_loader
+                                     if workers and stage.pipeline.reuses_batch_memory else default_collate),
+                         persistent_workers=workers > 0, worker_init_fn=stage.worker_init)
         for name, stage in ((name, _WorkerStage(images, p)) for name, p in pipelines.items())
     }
     per_worker: dict[str, list[float]] = {name: [] for name in pipelines}
@@ -216,6 +223,8 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
         "device_stage_on": "cpu", "closed_tolerance": CLOSED_TOLERANCE, "jpeg_decoder": jpeg_decoder_name(),
         "resampler": resampler_name(), "torch": torch.__version__, "logical_cores": os.cpu_count(),
         "dataset": dataset,
+        "shared_batches": {name: shared.describe() for name, loader in loaders.items()
+                           if (shared := of_loader(loader)) is not None},
     }
     if options.train_steps:
         result["training"] = training_comparison(workload_class, options.dataset, options.train_steps, progress)

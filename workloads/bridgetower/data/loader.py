@@ -37,6 +37,7 @@ from suite.imaging import ImageKind
 
 from workloads.bridgetower.data.bounds import DecodeBudget, ImageBounds
 from workloads.bridgetower.data.pipelines import PIPELINES, ClosedPipeline, ImagePipeline, ReferencePipeline
+from workloads.bridgetower.data.shared_batches import SharedBatches, address_space_limited, of_loader
 from workloads.bridgetower.data.sources import ImageCaptionSource
 
 #: The image pipeline each worker-side loader runs.
@@ -157,7 +158,9 @@ def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, see
                 pin_memory: bool = False, prefetch_factor: int | None = None,
                 loader_timeout_s: float | None = None) -> DataLoader:
     """A seeded loader; under torch.distributed, each rank reads its own shard (DistributedSampler). With
-    workers, ``loader_timeout_s`` bounds the wait for one batch (torch's own ``timeout``)."""
+    workers, ``loader_timeout_s`` bounds the wait for one batch (torch's own ``timeout``). The workers of a pipeline
+    that :attr:`~.pipelines.ImagePipeline.reuses_batch_memory` stack its images into reused shared memory
+    (:mod:`.shared_batches`; not under an address-space limit); :func:`endless` hands each batch back to it."""
     import torch.distributed as dist
 
     if len(dataset.reading) < max(num_workers, 1):
@@ -172,12 +175,17 @@ def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, see
     sampler = (DistributedSampler(dataset, num_replicas=world, rank=dist.get_rank(), shuffle=True, seed=seed,
                                   drop_last=True)
                if distributed else EpochShuffle(len(dataset), seed))
+    collate_fn = collate
+    if num_workers > 0 and dataset.pipeline is not None and dataset.pipeline.reuses_batch_memory \
+            and not address_space_limited():
+        # each worker: the batches torch keeps in flight for it, the one being trained on and the one before
+        collate_fn = SharedBatches(num_workers, (prefetch_factor or 2) + 2).collate
     return DataLoader(
         dataset,
         batch_size=batch_size,
         sampler=sampler,
         num_workers=num_workers,
-        collate_fn=collate,
+        collate_fn=collate_fn,
         drop_last=True,  # every step has exactly the recorded batch size
         worker_init_fn=dataset.worker_init,
         generator=worker_seeds,
@@ -191,12 +199,17 @@ def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, see
 def endless(loader: DataLoader) -> Iterator[dict[str, Any]]:
     """Batches forever; each pass is a new epoch with the next shuffled order. A loader timeout becomes a
     :class:`DatasetError` naming the samples the workers were stuck on."""
+    shared = of_loader(loader)
     epoch = 0
     while True:
         if hasattr(loader.sampler, "set_epoch"):  # EpochShuffle, DistributedSampler: the order of this epoch
             loader.sampler.set_epoch(epoch)
         try:
-            yield from loader
+            if shared is None:
+                yield from loader
+            else:
+                for batch in loader:
+                    yield shared.received(batch)
         except RuntimeError as exc:
             if "DataLoader timed out" not in str(exc):
                 raise

@@ -141,6 +141,9 @@ class ImagePipeline(ABC):
     bytes_per_decoded_pixel: ClassVar[float] = 34.0  # Pillow's 4-byte pixels, the uint8 array and tensor, float32
     bytes_per_resized_pixel: ClassVar[float] = 26.0  # torch's antialiased resize: both passes' float32 outputs
     fixed_bytes: ClassVar[int] = 8 * 2**20
+    #: Whether loader workers stack this pipeline's batches into reused shared memory (:mod:`.shared_batches`):
+    #: ours do; the reference keeps torch's fresh buffer per batch, as the published benchmark ran.
+    reuses_batch_memory: ClassVar[bool] = False
 
     def decoded_size(self, data: bytes, width: int, height: int) -> tuple[int, int]:
         """The size the worker stage decodes a ``width`` x ``height`` image at (smaller where it decodes at a
@@ -205,6 +208,7 @@ class _OwnPipeline(ImagePipeline):
     bytes_per_decoded_pixel = 18.0
     bytes_per_plain_jpeg_pixel: ClassVar[float] = 5.0
     bytes_per_resized_pixel = 14.0
+    reuses_batch_memory = True
 
     def __init__(self, image_size: int, device_type: str = "cpu") -> None:
         super().__init__(image_size, device_type)
