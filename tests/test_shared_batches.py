@@ -143,3 +143,27 @@ def test_under_an_address_space_limit_the_loader_keeps_torchs_buffers(tmp_path, 
     assert address_space_limited() is (resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY)
     monkeypatch.setattr(loader_module, "address_space_limited", lambda: True)
     assert of_loader(make_loader(_dataset(tmp_path, "cpu-fast"), batch_size=4, num_workers=2, seed=1)) is None
+
+
+def test_a_fast_loader_run_trains_from_reused_memory_and_records_how_batches_crossed():
+    from suite.config import RunConfig
+    from suite.devices.base import prepare_device
+    from workloads.bridgetower.workload import BridgeTowerWorkload
+
+    from conftest import cpu_adapter
+
+    config = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=2, loader="cpu-fast",
+                       precision="fp32", steps=14, warmup_steps=1, batch_size=4, dataset="synthetic:32")
+    device = cpu_adapter()
+    prepare_device(config, device)
+    workload = BridgeTowerWorkload(config, device)
+    workload.setup()
+    try:
+        batches = workload.batches()
+        losses = [float(workload.train_step(next(batches))) for _ in range(15)]  # two epochs of eight batches
+        assert all(loss == loss and loss > 0 for loss in losses)
+        crossed = workload.facts()["batch_transfer"]
+        assert crossed["slots_per_worker"] == 4 and crossed["reused"] > 0
+        assert crossed["reused"] + crossed["new"] + crossed["fresh"] >= 15
+    finally:
+        workload.teardown()

@@ -17,7 +17,7 @@ from suite.workload import Workload
 
 from workloads.bridgetower import eval_inputs, inputs
 from workloads.bridgetower.data.bounds import DecodeBudget, ImageBounds
-from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE, CaptionedImages, endless, make_loader
+from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE, CaptionedImages, endless, make_loader, of_loader
 from workloads.bridgetower.data.sources import ImageCaptionSource
 from workloads.bridgetower.device_decoding import DecodeFallbacks, decode_on_device
 from workloads.bridgetower.evaluation import embed_pairs, retrieval_recall
@@ -288,8 +288,8 @@ class BridgeTowerWorkload(Workload):
             "max_sequence_length": preset.max_seq_length,
         }
 
-    def facts(self) -> dict[str, Any]:
-        return dict(self._facts)
+    def facts(self) -> dict[str, Any]:  # with how the batches crossed from the workers, where they reused memory
+        return {**self._facts, **({"batch_transfer": ring.describe()} if (ring := of_loader(self._loader)) else {})}
 
     def teardown(self) -> None:
         if self._eval_images is not None:

@@ -37,7 +37,7 @@ from suite.imaging import ImageKind
 
 from workloads.bridgetower.data.bounds import DecodeBudget, ImageBounds
 from workloads.bridgetower.data.pipelines import PIPELINES, ClosedPipeline, ImagePipeline, ReferencePipeline
-from workloads.bridgetower.data.shared_batches import SharedBatches, address_space_limited, of_loader
+from workloads.bridgetower.data.shared_batches import SharedBatches, address_space_limited, of_loader, slots_for
 from workloads.bridgetower.data.sources import ImageCaptionSource
 
 #: The image pipeline each worker-side loader runs.
@@ -178,8 +178,7 @@ def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, see
     collate_fn = collate
     if num_workers > 0 and dataset.pipeline is not None and dataset.pipeline.reuses_batch_memory \
             and not address_space_limited():
-        # each worker: the batches torch keeps in flight for it, the one being trained on and the one before
-        collate_fn = SharedBatches(num_workers, (prefetch_factor or 2) + 2).collate
+        collate_fn = SharedBatches(num_workers, slots_for(prefetch_factor)).collate
     return DataLoader(
         dataset,
         batch_size=batch_size,

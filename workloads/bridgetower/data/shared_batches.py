@@ -132,6 +132,12 @@ def _new_shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)  # the storage holds exactly ``numel`` elements
 
 
+def slots_for(prefetch_factor: int | None) -> int:
+    """Slots per worker for a DataLoader with this ``prefetch_factor`` (None: torch's default, 2): the batches torch
+    keeps in flight per worker, plus the one being trained on and the one before it (released at the next batch)."""
+    return (2 if prefetch_factor is None else prefetch_factor) + 2
+
+
 def of_loader(loader: Any) -> SharedBatches | None:
     """The rings a DataLoader collates into (its ``collate_fn`` is :meth:`SharedBatches.collate`), else None."""
     owner = getattr(getattr(loader, "collate_fn", None), "__self__", None)
