@@ -7,12 +7,17 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from suite.config import RunConfig
+from suite.devices.base import prepare_device
 from workloads.bridgetower.data import loader as loader_module
 from workloads.bridgetower.data import shared_batches
 from workloads.bridgetower.data.loader import CaptionedImages, endless, make_loader
 from workloads.bridgetower.data.shared_batches import SLOT_KEY, SharedBatches, address_space_limited, of_loader
 from workloads.bridgetower.data.sources import ImageFolderSource
 from workloads.bridgetower.data.synthetic import ensure_synthetic
+from workloads.bridgetower.workload import BridgeTowerWorkload
+
+from conftest import cpu_adapter
 
 
 class _Numbered(Dataset):
@@ -97,6 +102,14 @@ def test_in_the_training_process_itself_it_is_torchs_default_collation():
     assert SharedBatches(1, 2).received(copy) is copy and set(copy) == set(batch)  # no slot: passes untouched
 
 
+def test_batches_without_the_key_are_torchs_default_collation():
+    loader = DataLoader([{"index": torch.tensor(i)} for i in range(8)], batch_size=2, num_workers=1,
+                        collate_fn=SharedBatches(1, 2).collate)
+    shared = of_loader(loader)
+    assert [shared.received(batch)["index"].tolist() for batch in loader] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert shared.describe()["new"] == 0
+
+
 def test_a_slot_that_cannot_be_mapped_falls_back_to_torchs_buffers(monkeypatch):
     def no_room(*_args):
         raise RuntimeError("unable to mmap: Cannot allocate memory")
@@ -146,12 +159,6 @@ def test_under_an_address_space_limit_the_loader_keeps_torchs_buffers(tmp_path, 
 
 
 def test_a_fast_loader_run_trains_from_reused_memory_and_records_how_batches_crossed():
-    from suite.config import RunConfig
-    from suite.devices.base import prepare_device
-    from workloads.bridgetower.workload import BridgeTowerWorkload
-
-    from conftest import cpu_adapter
-
     config = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=2, loader="cpu-fast",
                        precision="fp32", steps=14, warmup_steps=1, batch_size=4, dataset="synthetic:32")
     device = cpu_adapter()

@@ -56,7 +56,7 @@ class SharedBatches:
         """``collate_fn``: torch's default collation, with :attr:`key` stacked into a free slot of this worker's
         ring (in the training process itself, without workers, plain default collation)."""
         info = get_worker_info()
-        if info is None or info.id >= self.workers:
+        if info is None or info.id >= self.workers or not isinstance(items[0], dict) or self.key not in items[0]:
             return default_collate(items)
         batch = default_collate([{k: v for k, v in item.items() if k != self.key} for item in items])
         tensors = [item[self.key] for item in items]
@@ -73,11 +73,11 @@ class SharedBatches:
     def _free_slot(self, worker: int, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[int, torch.Tensor | None]:
         """A slot of ``worker``'s ring that the main process has released, reshaped for this batch; a new one while
         the ring has room; else ``(_FRESH, None)``."""
-        first = worker * self.slots_per_worker
-        unused = None
         if self._disabled:
             self.counts[worker * 3 + 2] += 1
             return _FRESH, None
+        first = worker * self.slots_per_worker
+        unused = None
         for slot in range(first, first + self.slots_per_worker):
             if self.busy[slot]:
                 continue
