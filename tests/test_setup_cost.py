@@ -183,38 +183,6 @@ def test_cancel_stops_a_process_started_ahead_while_it_imports():
     assert standby.proc.poll() is not None
 
 
-def test_processes_start_ahead_in_groups_and_the_last_never_imports_alone():
-    """run_matrix's rule: a group at the start, the next group when a configuration has measured and the one after
-    it has no process; a group is AHEAD processes, one more where the last would otherwise be left alone."""
-    from suite.run.matrix import AHEAD, ahead_from
-
-    for scheduled in range(1, 10):
-        groups = [list(ahead_from(0, scheduled))]
-        for position in range(scheduled - 1):  # position's compute is done: the next one needs its process
-            if position + 1 not in sum(groups, []):
-                groups.append(list(ahead_from(position + 1, scheduled)))
-        assert sum(groups, []) == list(range(scheduled)), scheduled  # each once, in order
-        assert all(AHEAD <= len(group) <= AHEAD + 1 for group in groups) or scheduled < AHEAD, (scheduled, groups)
-    assert [list(ahead_from(0, n)) for n in (1, 2, 3, 4)] == [[0], [0, 1], [0, 1, 2], [0, 1]]
-
-
-def test_the_default_matrixs_three_processes_all_start_with_the_runner():
-    from suite.run.matrix import start_first
-
-    started = start_first([RunConfig(**{**TINY, "num_workers": n}) for n in (0, 1, 2)], 1, None)
-    try:
-        assert [s.config.num_workers for s in started] == [0, 1, 2]
-    finally:
-        for standby in started:
-            standby.cancel()
-    pair = start_first([RunConfig(**{**TINY, "num_workers": n}) for n in (0, 1, 2, 3)], 1, None)
-    try:
-        assert [s.config.num_workers for s in pair] == [0, 1]  # four: two now, two when the second has measured
-    finally:
-        for standby in pair:
-            standby.cancel()
-
-
 def test_no_process_is_left_behind_when_the_matrix_is_refused(tmp_path, capsys):
     """The first configurations' processes start before the dataset check; a refused matrix cancels them."""
     from suite.cli import main

@@ -94,21 +94,11 @@ class MatrixOutcome:
 AHEAD = 2
 
 
-def ahead_from(position: int, scheduled: int) -> range:
-    """The schedule positions whose processes start ahead together from ``position``: :data:`AHEAD` of them, or one
-    more where the one after them is the schedule's last, which would otherwise import alone later, in a gap of its
-    own with a core idle (the default three-configuration matrix waited 3.5 s for it)."""
-    count = AHEAD + 1 if position + AHEAD == scheduled - 1 else AHEAD
-    return range(position, min(position + count, scheduled))
-
-
 def start_first(configs: Sequence[RunConfig], repeats: int, memory_limit_bytes: int | None) -> list[Standby]:
-    """The processes of the first configurations (:func:`ahead_from`) started ahead (for :func:`run_matrix`'s
-    ``started``), as soon as the matrix is known: their imports overlap the runner's own set-up (dataset check,
-    MLflow)."""
+    """The processes of the first :data:`AHEAD` configurations started ahead (for :func:`run_matrix`'s ``started``),
+    as soon as the matrix is known: their imports overlap the runner's own set-up (dataset check, MLflow)."""
     started: list[Standby] = []
-    schedule = [c for c in configs for _ in range(repeats)]  # in run_matrix's order
-    for config in [schedule[position] for position in ahead_from(0, len(schedule))]:
+    for config in [c for c in configs for _ in range(repeats)][:AHEAD]:  # in run_matrix's order
         if not can_start_ahead(config):
             break
         try:
@@ -132,9 +122,9 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
     with status KILLED and the interrupt propagates.
 
     With ``start_ahead``, configuration processes are started ahead of their turn (:class:`~suite.run.children.
-    Standby`), :data:`AHEAD` at a time (:func:`ahead_from`), so that they import side by side: the first ones while
-    the recorders open, the next ones when a configuration has done its measured steps and final evaluation and the
-    one after it has no process yet. Processes started ahead wait idle (no CPU) while another configuration measures.
+    Standby`), :data:`AHEAD` at a time, so that they import side by side: the first ones while the recorders open,
+    the next ones when a configuration has done its measured steps and final evaluation and the one after it has
+    no process yet. Processes started ahead wait idle (no CPU) while another configuration measures.
     ``started_at``: when the matrix began (default: this process's start), for its timing.
     ``started``: the processes of the first runs, already started ahead by the caller (:func:`start_first`); this
     call owns them.
@@ -145,7 +135,7 @@ def run_matrix(configs: Sequence[RunConfig], store: ResultsStore, recorders: Seq
         raise ConfigError("the matrix has no configuration to run")
     runner = _MatrixRun(configs, store, progress or NoProgress(), start_ahead, started)
     if start_ahead:  # the first ones (unless the caller started them)
-        all(runner.start_one(position) for position in ahead_from(0, len(runner.schedule)))
+        all(runner.start_one(position) for position in range(AHEAD))
     recorder_set = runner.recorder_set = RecorderSet(recorders)
     opened = time.perf_counter()
     try:
@@ -194,10 +184,10 @@ class _MatrixRun:
             return False
 
     def start_ahead_from(self, position: int) -> None:
-        """Unless the run at ``position`` already has its process, start it and the next ones (:func:`ahead_from`)
-        ahead of their turn: they import side by side, so every other configuration's imports are hidden."""
+        """Unless the run at ``position`` already has its process, start it and the next ones (:data:`AHEAD` in
+        all) ahead of their turn: they import side by side, so every other configuration's imports are hidden."""
         if self.start_ahead and position not in self.ahead:
-            all(self.start_one(later) for later in ahead_from(position, len(self.schedule)))
+            all(self.start_one(later) for later in range(position, position + AHEAD))
 
     def cancel_ahead(self) -> None:
         while self.ahead:
