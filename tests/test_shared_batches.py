@@ -9,7 +9,6 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 
 from suite.config import RunConfig
 from suite.devices.base import prepare_device
-from workloads.bridgetower.data import loader as loader_module
 from workloads.bridgetower.data import shared_batches
 from workloads.bridgetower.data.loader import CaptionedImages, endless, make_loader
 from workloads.bridgetower.data.shared_batches import SLOT_KEY, SharedBatches, address_space_limited, of_loader
@@ -154,7 +153,7 @@ def test_the_fast_loaders_workers_reuse_batch_memory_and_the_reference_does_not(
 
 def test_under_an_address_space_limit_the_loader_keeps_torchs_buffers(tmp_path, monkeypatch):
     assert address_space_limited() is (resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY)
-    monkeypatch.setattr(loader_module, "address_space_limited", lambda: True)
+    monkeypatch.setattr(shared_batches, "address_space_limited", lambda: True)
     assert of_loader(make_loader(_dataset(tmp_path, "cpu-fast"), batch_size=4, num_workers=2, seed=1)) is None
 
 

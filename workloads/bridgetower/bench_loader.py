@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-from torch.utils.data import DataLoader, Dataset, default_collate
+from torch.utils.data import DataLoader, Dataset
 
 from suite.config import RunConfig
 from suite.devices.base import prepare_device
@@ -43,7 +43,7 @@ from workloads.bridgetower.data.pipelines import (
     psnr_db,
 )
 from workloads.bridgetower.data.resample import resampler_name
-from workloads.bridgetower.data.shared_batches import SharedBatches, of_loader, slots_for
+from workloads.bridgetower.data.shared_batches import collation, of_loader
 from workloads.bridgetower.preprocessing import CLIP_STD
 
 #: The closed pipeline's output must equal the reference's within this, after normalization.
@@ -189,8 +189,7 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
     workers = options.workers
     loaders = {
         name: DataLoader(stage, batch_size=options.batch_size, num_workers=workers, drop_last=True,
-                         collate_fn=(SharedBatches(workers, slots_for(None)).collate  # as make_loader's
-                                     if workers and stage.pipeline.reuses_batch_memory else default_collate),
+                         collate_fn=collation(stage.pipeline.reuses_batch_memory, workers, None),  # as make_loader's
                          persistent_workers=workers > 0, worker_init_fn=stage.worker_init)
         for name, stage in ((name, _WorkerStage(images, p)) for name, p in pipelines.items())
     }

@@ -17,7 +17,8 @@ from suite.workload import Workload
 
 from workloads.bridgetower import eval_inputs, inputs
 from workloads.bridgetower.data.bounds import DecodeBudget, ImageBounds
-from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE, CaptionedImages, endless, make_loader, of_loader
+from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE, CaptionedImages, endless, make_loader
+from workloads.bridgetower.data.shared_batches import of_loader
 from workloads.bridgetower.data.sources import ImageCaptionSource
 from workloads.bridgetower.device_decoding import DecodeFallbacks, decode_on_device
 from workloads.bridgetower.evaluation import embed_pairs, retrieval_recall

@@ -37,7 +37,7 @@ from suite.imaging import ImageKind
 
 from workloads.bridgetower.data.bounds import DecodeBudget, ImageBounds
 from workloads.bridgetower.data.pipelines import PIPELINES, ClosedPipeline, ImagePipeline, ReferencePipeline
-from workloads.bridgetower.data.shared_batches import SharedBatches, address_space_limited, of_loader, slots_for
+from workloads.bridgetower.data.shared_batches import collation, of_loader
 from workloads.bridgetower.data.sources import ImageCaptionSource
 
 #: The image pipeline each worker-side loader runs.
@@ -175,16 +175,13 @@ def make_loader(dataset: CaptionedImages, batch_size: int, num_workers: int, see
     sampler = (DistributedSampler(dataset, num_replicas=world, rank=dist.get_rank(), shuffle=True, seed=seed,
                                   drop_last=True)
                if distributed else EpochShuffle(len(dataset), seed))
-    collate_fn = collate
-    if num_workers > 0 and dataset.pipeline is not None and dataset.pipeline.reuses_batch_memory \
-            and not address_space_limited():
-        collate_fn = SharedBatches(num_workers, slots_for(prefetch_factor)).collate
+    reuses = dataset.pipeline is not None and dataset.pipeline.reuses_batch_memory
     return DataLoader(
         dataset,
         batch_size=batch_size,
         sampler=sampler,
         num_workers=num_workers,
-        collate_fn=collate_fn,
+        collate_fn=collation(reuses, num_workers, prefetch_factor, fallback=collate),
         drop_last=True,  # every step has exactly the recorded batch size
         worker_init_fn=dataset.worker_init,
         generator=worker_seeds,

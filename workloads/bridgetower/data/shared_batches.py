@@ -22,9 +22,10 @@ whose batches never pass :meth:`received` stays correct and only loses the reuse
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import resource
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -125,11 +126,18 @@ class SharedBatches:
 
 def _new_shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """An uninitialized tensor in a new shared-memory file (as ``default_collate`` makes one in a worker)."""
-    numel = 1
-    for size in shape:
-        numel *= size
-    storage = torch.UntypedStorage._new_shared(numel * dtype.itemsize)
+    storage = torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize)
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)  # the storage holds exactly ``numel`` elements
+
+
+def collation(reuses_batch_memory: bool, workers: int, prefetch_factor: int | None,
+              fallback: Callable[[list[Any]], Any] = default_collate) -> Callable[[list[Any]], Any]:
+    """The ``collate_fn`` of a DataLoader of a pipeline that does (or not) reuse batch memory: a new ring's
+    :meth:`SharedBatches.collate` where it does, has workers, and this process has no address-space limit; else
+    ``fallback``."""
+    if reuses_batch_memory and workers > 0 and not address_space_limited():
+        return SharedBatches(workers, slots_for(prefetch_factor)).collate
+    return fallback
 
 
 def slots_for(prefetch_factor: int | None) -> int:
