@@ -80,6 +80,30 @@ def test_filter_taps_cover_the_support_and_sum_to_one(mode):
     assert np.array_equal(weights[np.arange(10), np.arange(10) - first], np.ones(10, np.float32))
 
 
+def test_simd_vectors_load_convert_accumulate_and_store_at_any_offset():
+    """The kernels' vector operations (numba intrinsics) against numpy, at offsets that are not multiples of the
+    vector width: a uint8 load converts every lane, a float32 load reads 4 lanes from any element, fma broadcasts
+    its scalar, a store writes its 16 lanes and nothing next to them."""
+    numba = pytest.importorskip("numba")
+    from workloads.bridgetower.data import _resample_kernels as k
+
+    @numba.njit
+    def weighted_rows(src, at, w1, w2, out, index):
+        acc = k.fma(k.fma(k.zeros16(), w1, k.load16(src, at)), w2, k.load16(src, at + 16))
+        k.store16(out, index, acc)
+        pixel = k.fma(k.zeros4(), w1, k.load4(out, index + 1))
+        return k.lane(pixel, 0), k.lane(pixel, 3)
+
+    src = np.random.default_rng(3).integers(0, 256, 64, dtype=np.uint8)
+    for at, index in ((0, 0), (5, 3), (31, 17)):
+        out = np.full(40, -7.0, np.float32)
+        first, fourth = weighted_rows(src, at, np.float32(0.25), np.float32(-2.0), out, index)
+        expected = np.float32(0.25) * src[at:at + 16].astype(np.float32) - 2.0 * src[at + 16:at + 32]
+        assert np.allclose(out[index:index + 16], expected, atol=1e-4)
+        assert np.all(out[:index] == -7.0) and np.all(out[index + 16:] == -7.0)
+        assert first == pytest.approx(0.25 * out[index + 1]) and fourth == pytest.approx(0.25 * out[index + 4])
+
+
 def test_torch_fallback_gives_the_same_result_without_numba(monkeypatch):
     image = _image((401, 333))
     compiled = resample.resize_crop(image, 96, *CLIP_AFFINE)

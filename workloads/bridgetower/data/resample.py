@@ -13,8 +13,10 @@ same sums, differently scheduled:
   uint8 -> float32 conversion happens in registers: no float copy of the full image);
 * columns second, writing planar ``(3, size, size)`` float32 with the normalization fused in.
 
-The kernels are compiled with numba (LLVM). Sums are float32 as in torch, only in another order, so the
-result matches torch's to float32 rounding (~1e-2 of an 8-bit level; tested). Where numba is not
+The kernels are compiled with numba (LLVM), with explicit SIMD vectors (16 values of a row in the rows pass,
+one RGB pixel as 4 lanes in the columns pass; see :mod:`._resample_kernels`). Sums are float32 as in torch, only in
+another order (and possibly fused multiply-adds), so the result matches torch's to float32 rounding (~1e-2 of an
+8-bit level; tested). Where numba is not
 installed, torch's own kernel computes the same result, slower; :func:`resampler_name` says which ran.
 """
 
