@@ -82,8 +82,8 @@ def test_filter_taps_cover_the_support_and_sum_to_one(mode):
 
 def test_simd_vectors_load_convert_accumulate_and_store_at_any_offset():
     """The kernels' vector operations (numba intrinsics) against numpy, at offsets that are not multiples of the
-    vector width: a uint8 load converts every lane, a float32 load reads 4 lanes from any element, fma broadcasts
-    its scalar, a store writes its 16 lanes and nothing next to them."""
+    vector width: a uint8 load converts every lane, fma broadcasts its scalar, a store writes its 16 lanes and
+    nothing next to them."""
     numba = pytest.importorskip("numba")
     from workloads.bridgetower.data import _resample_kernels as k
 
@@ -91,17 +91,44 @@ def test_simd_vectors_load_convert_accumulate_and_store_at_any_offset():
     def weighted_rows(src, at, w1, w2, out, index):
         acc = k.fma(k.fma(k.zeros16(), w1, k.load16(src, at)), w2, k.load16(src, at + 16))
         k.store16(out, index, acc)
-        pixel = k.fma(k.zeros4(), w1, k.load4(out, index + 1))
-        return k.lane(pixel, 0), k.lane(pixel, 3)
+        k.store16(out, index + 20, k.fma(k.zeros16(), w1, k.load16(out, index + 1)))  # a float32 load
 
     src = np.random.default_rng(3).integers(0, 256, 64, dtype=np.uint8)
     for at, index in ((0, 0), (5, 3), (31, 17)):
-        out = np.full(40, -7.0, np.float32)
-        first, fourth = weighted_rows(src, at, np.float32(0.25), np.float32(-2.0), out, index)
+        out = np.full(60, -7.0, np.float32)
+        weighted_rows(src, at, np.float32(0.25), np.float32(-2.0), out, index)
         expected = np.float32(0.25) * src[at:at + 16].astype(np.float32) - 2.0 * src[at + 16:at + 32]
         assert np.allclose(out[index:index + 16], expected, atol=1e-4)
-        assert np.all(out[:index] == -7.0) and np.all(out[index + 16:] == -7.0)
-        assert first == pytest.approx(0.25 * out[index + 1]) and fourth == pytest.approx(0.25 * out[index + 4])
+        assert np.all(out[:index] == -7.0) and np.all(out[index + 16:index + 20] == -7.0)
+        assert np.allclose(out[index + 20:index + 36], 0.25 * np.append(expected[1:], -7.0), atol=1e-4)
+        assert np.all(out[index + 36:] == -7.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8])
+def test_simd_transpose_stores_the_block_transposed_normalized_and_nothing_else(dtype):
+    """``store_transposed`` (a 16x16 transpose in registers) against numpy's ``.T``, from and to strided rows at
+    offsets that are not multiples of 16; into uint8 rounded half up and clamped as the scalar code did, including
+    values exactly halfway and outside 0..255."""
+    numba = pytest.importorskip("numba")
+    from workloads.bridgetower.data import _resample_kernels as k
+
+    @numba.njit
+    def transpose(src, at, stride, dst, dst_at, dst_stride, scale, shift):
+        k.store_transposed(src, at, stride, dst, dst_at, dst_stride, scale, shift)
+
+    # quarters: every value, product and sum below is exact in float32, whatever the order or fusion
+    src = (np.random.default_rng(5).integers(-400, 2400, (20, 37)) / 4).astype(np.float32)
+    src[5, 7], src[6, 7] = 13.0, 7.0  # to 2.5, halfway: rounds up to 3 (as floor(v + 0.5)); to -0.5: clamps to 0
+    sentinel = 7
+    dst = np.full((19, 23), sentinel, dtype)
+    transpose(src.ravel(), 2 * 37 + 3, 37, dst.ravel(), 1 * 23 + 2, 23, np.float32(0.5), np.float32(-4.0))
+    values = src[2:18, 3:19].T * np.float32(0.5) - np.float32(4.0)
+    assert values.max() > 255 and values.min() < 0 and 2.5 in values and -0.5 in values
+    expected = values if dtype == np.float32 else np.clip(np.floor(values + 0.5), 0, 255).astype(np.uint8)
+    assert np.array_equal(dst[1:17, 2:18], expected)
+    untouched = np.ones(dst.shape, bool)
+    untouched[1:17, 2:18] = False
+    assert np.all(dst[untouched] == sentinel)
 
 
 def test_torch_fallback_gives_the_same_result_without_numba(monkeypatch):

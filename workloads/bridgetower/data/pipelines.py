@@ -204,7 +204,8 @@ class ReferencePipeline(ImagePipeline):
 
 class _OwnPipeline(ImagePipeline):
     # libjpeg-turbo decodes straight into the uint8 array (3 bytes a pixel); Pillow (every other image) holds its
-    # own 4-byte pixels, a converted copy and the array; the compiled resize's float row pass is the larger buffer
+    # own 4-byte pixels, a converted copy and the array; the compiled resize's largest buffer is its float32 output
+    # (its strips add 2 x 16 float32 per kept value of an input row)
     bytes_per_decoded_pixel = 18.0
     bytes_per_plain_jpeg_pixel: ClassVar[float] = 5.0
     bytes_per_resized_pixel = 14.0

@@ -8,15 +8,18 @@ torch's weights (Keys' cubic, a = -0.5, widened by the downscale factor, normali
 same sums, differently scheduled:
 
 * only the kept (cropped) pixels are computed, on both axes;
-* rows first, straight from the decoder's interleaved uint8 ``(H, W, 3)`` array, each output row a
-  weighted sum of whole input rows (the inner loop runs along a contiguous row, so it vectorizes, and the
-  uint8 -> float32 conversion happens in registers: no float copy of the full image);
-* columns second, writing planar ``(3, size, size)`` float32 with the normalization fused in.
+* in strips of 16 output rows, whose buffers stay in the CPU's caches (no float copy of the image, no
+  image-sized intermediate);
+* rows first, straight from the decoder's interleaved uint8 ``(H, W, 3)`` array: each output row a weighted
+  sum of whole input rows, 16 values at a time in one SIMD register across the taps, the uint8 -> float32
+  conversion in registers, two output rows per pass sharing each converted input vector;
+* the strip transposed in registers (16 x 16 blocks), so that each input value's 16 rows sit side by side;
+* columns second: each output column's sums over the strip's 16 rows in one register per channel, transposed
+  back in registers into planar ``(3, size, size)`` float32 (or uint8) with the normalization fused in.
 
-The kernels are compiled with numba (LLVM), with explicit SIMD vectors (16 values of a row in the rows pass,
-one RGB pixel as 4 lanes in the columns pass; see :mod:`._resample_kernels`). Sums are float32 as in torch, only in
-another order (and possibly fused multiply-adds), so the result matches torch's to float32 rounding (~1e-2 of an
-8-bit level; tested). Where numba is not
+The kernels are compiled with numba (LLVM), with explicit SIMD vectors (see :mod:`._resample_kernels`). Sums are
+float32 as in torch, only in another order (and possibly fused multiply-adds), so the result matches torch's to
+float32 rounding (~1e-2 of an 8-bit level; tested). Where numba is not
 installed, torch's own kernel computes the same result, slower; :func:`resampler_name` says which ran.
 """
 
@@ -67,7 +70,7 @@ def resampler_name() -> str:
         return "torch F.interpolate (numba not installed)"
     import numba
 
-    return f"numba {numba.__version__} (two separable passes, cropped pixels only)"
+    return f"numba {numba.__version__} (separable passes in 16-row strips, SIMD, cropped pixels only)"
 
 
 def warm_up() -> None:
