@@ -8,7 +8,9 @@ For each pipeline of :mod:`.data.pipelines` it measures
   the device stage on the CPU device, as batches (and images) per second. Each pipeline's batches travel as its
   training loader moves them: torch's fresh shared memory per batch for the reference, as the published benchmark
   ran, the workers' reused shared buffers for ours (:mod:`.data.shared_batches`; how many batches reused one is
-  reported under ``settings``).
+  reported under ``settings``);
+* the closed pipeline's time per image over its JPEG decode's alone, both timed in pairs in one forked worker on
+  one thread (``closed_per_image_vs_decode``).
 
 Pipelines are measured in interleaved rounds (reference, closed, open, reference, ...) and each figure is
 the median over rounds, so that a slow spell of a shared machine hits all of them alike; the ratios
@@ -19,6 +21,7 @@ after normalization, and the open pipeline's PSNR.
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import time
@@ -107,14 +110,15 @@ def _single_thread(fn: Callable[[], Any]) -> Any:
         torch.set_num_threads(threads)
 
 
-def _per_worker_rate(pipeline: ImagePipeline, images: list[bytes]) -> float:
-    """Images per second of the worker stage on one thread. Measured in a child process, as a worker
-    is, so that a pipeline's ``worker_init`` (allocator settings) does not leak into the others."""
+def _in_measuring_worker(pipeline: ImagePipeline, measure: Callable[[ImagePipeline, list[bytes]], Any],
+                         images: list[bytes]) -> Any:
+    """``measure(pipeline, images)`` on one thread in a forked child process, as a DataLoader worker runs, so that
+    a pipeline's ``worker_init`` (allocator settings) does not leak into the others."""
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
     with context.Pool(1, initializer=_init_measuring_worker, initargs=(pipeline,)) as pool:
-        return pool.apply(_rate_in_worker, (pipeline, images))
+        return pool.apply(_single_thread, (functools.partial(measure, pipeline, images),))
 
 
 def _init_measuring_worker(pipeline: ImagePipeline) -> None:
@@ -126,28 +130,27 @@ def _init_measuring_worker(pipeline: ImagePipeline) -> None:
     pipeline.worker_init()
 
 
-def _rate_in_worker(pipeline: ImagePipeline, images: list[bytes]) -> float:
-    def run() -> float:
-        start = time.perf_counter()
-        for data in images:
-            pipeline.worker_stage(data)
-        return len(images) / (time.perf_counter() - start)
-
-    return _single_thread(run)
+def _rate(pipeline: ImagePipeline, images: list[bytes]) -> float:
+    """Images per second of the worker stage."""
+    start = time.perf_counter()
+    for data in images:
+        pipeline.worker_stage(data)
+    return len(images) / (time.perf_counter() - start)
 
 
-class _DecodeOnly:
-    """The JPEG decode of the closed pipeline alone (libjpeg-turbo into an RGB array, nothing after), in the closed
-    pipeline's worker set-up: the floor its per-image time is compared with (``closed_per_image_vs_decode``)."""
-
-    def __init__(self, closed: ImagePipeline) -> None:
-        self.closed = closed
-
-    def worker_init(self) -> None:
-        self.closed.worker_init()
-
-    def worker_stage(self, data: bytes) -> Any:
-        return decode_rgb_hwc(data)
+def _paired_with_decode(closed: ImagePipeline, images: list[bytes]) -> tuple[float, float]:
+    """Seconds per image of the closed worker stage and of its JPEG decode alone (libjpeg-turbo into an RGB array,
+    nothing after: the floor ``closed_per_image_vs_decode`` compares with), measured in pairs: each image through
+    both, in alternating order, so that a slow spell of a shared machine hits both sides of the ratio alike and
+    neither side always finds the encoded image in cache."""
+    seconds = {"closed": 0.0, "decode": 0.0}
+    stages: dict[str, Callable[[bytes], Any]] = {"closed": closed.worker_stage, "decode": decode_rgb_hwc}
+    for index, data in enumerate(images):
+        for name in ("closed", "decode") if index % 2 else ("decode", "closed"):
+            start = time.perf_counter()
+            stages[name](data)
+            seconds[name] += time.perf_counter() - start
+    return seconds["closed"] / len(images), seconds["decode"] / len(images)
 
 
 def _end_to_end_epoch(loader: DataLoader, pipeline: ImagePipeline) -> tuple[int, float]:
@@ -193,8 +196,9 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
                          persistent_workers=workers > 0, worker_init_fn=stage.worker_init)
         for name, stage in ((name, _WorkerStage(images, p)) for name, p in pipelines.items())
     }
+    sample = images[: min(len(images), 96)]  # what one worker thread is timed on
     per_worker: dict[str, list[float]] = {name: [] for name in pipelines}
-    decode_only: list[float] = []
+    paired: list[tuple[float, float]] = []  # per round: seconds per image of (closed, decode alone)
     end_to_end: dict[str, list[float]] = {name: [] for name in pipelines}
     try:
         for name, loader in loaders.items():  # warm-up: start the workers, fill caches
@@ -203,19 +207,18 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
         for round_index in range(options.rounds):
             for name, pipeline in pipelines.items():
                 progress(f"round {round_index + 1}/{options.rounds}: {name}")
-                per_worker[name].append(_per_worker_rate(pipeline, images[: min(len(images), 96)]))
+                per_worker[name].append(_in_measuring_worker(pipeline, _rate, sample))
                 batches, seconds = _end_to_end_epoch(loaders[name], pipeline)
                 end_to_end[name].append(batches / seconds)
-            progress(f"round {round_index + 1}/{options.rounds}: JPEG decode alone")
-            decode_only.append(_per_worker_rate(_DecodeOnly(pipelines["closed"]),  # type: ignore[arg-type]
-                                                images[: min(len(images), 96)]))
+            progress(f"round {round_index + 1}/{options.rounds}: closed and JPEG decode alone, in pairs")
+            paired.append(_in_measuring_worker(pipelines["closed"], _paired_with_decode, sample))
     finally:
         for loader in loaders.values():
             iterator = getattr(loader, "_iterator", None)
             if iterator is not None:
                 iterator._shutdown_workers()
 
-    result.update(_ratios(options, pipelines, per_worker, end_to_end, decode_only, result["fidelity"]))
+    result.update(_ratios(options, pipelines, per_worker, end_to_end, paired, result["fidelity"]))
     result["settings"] = {
         "images": len(images), "image_size": options.image_size, "batch_size": options.batch_size,
         "num_workers": workers, "rounds": options.rounds, "batches_per_epoch": len(images) // options.batch_size,
@@ -231,9 +234,10 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
 
 
 def _ratios(options: LoaderBenchOptions, pipelines: dict[str, Any], per_worker: dict[str, list[float]],
-            end_to_end: dict[str, list[float]], decode_only: list[float], fidelity: dict[str, Any]) -> dict[str, Any]:
-    """Medians over the rounds per pipeline, and each pipeline over the reference (end to end, per worker) and the
-    closed one per image over the JPEG decode alone."""
+            end_to_end: dict[str, list[float]], paired: list[tuple[float, float]], fidelity: dict[str, Any]
+            ) -> dict[str, Any]:
+    """Medians over the rounds per pipeline, and each pipeline over the reference (end to end, per worker); the
+    closed one per image over the JPEG decode alone from their paired times, pooled over the rounds."""
     table: dict[str, dict[str, Any]] = {}
     for name, pipeline in pipelines.items():
         batches_per_s = statistics.median(end_to_end[name])
@@ -246,6 +250,7 @@ def _ratios(options: LoaderBenchOptions, pipelines: dict[str, Any], per_worker: 
             "end_to_end_batches_per_s_rounds": end_to_end[name],
         }
     reference = table["reference"]["end_to_end_batches_per_s"]
+    closed_s, decode_s = (statistics.fmean(side) for side in zip(*paired))
     return dict(
         closed_vs_reference=table["closed"]["end_to_end_batches_per_s"] / reference,
         open_vs_reference=table["open"]["end_to_end_batches_per_s"] / reference,
@@ -255,11 +260,12 @@ def _ratios(options: LoaderBenchOptions, pipelines: dict[str, Any], per_worker: 
                                       / table["reference"]["images_per_s_per_worker"]),
         open_psnr_db=fidelity["open_psnr_db"],
         # per image on one worker thread: the closed pipeline's time over the JPEG decode's alone (1.0 = decoding
-        # is all it does; the rest is resize, crop and normalization)
-        closed_per_image_vs_decode=statistics.median(decode_only) / table["closed"]["images_per_s_per_worker"],
-        decode_only_images_per_s_per_worker=statistics.median(decode_only),
-        closed_per_image_s=1.0 / table["closed"]["images_per_s_per_worker"],
-        decode_per_image_s=1.0 / statistics.median(decode_only),
+        # is all it does; the rest is resize, crop and normalization), measured in pairs
+        closed_per_image_vs_decode=closed_s / decode_s,
+        closed_per_image_vs_decode_rounds=[closed / decode for closed, decode in paired],
+        decode_only_images_per_s_per_worker=1.0 / decode_s,
+        closed_per_image_s=closed_s,
+        decode_per_image_s=decode_s,
         pipelines=table,
     )
 
