@@ -120,7 +120,7 @@ def _transposed(builder, rows: list) -> list:
 def store_transposed(typingctx, src, at, src_stride, dst, dst_at, dst_stride, scale, shift):
     """``dst.flat[dst_at + m * dst_stride + l] = src.flat[at + l * src_stride + m] * scale + shift`` for ``l, m``
     in 0..15: a 16x16 block of the C-contiguous float32 ``src``, transposed in registers, into the C-contiguous
-    ``dst``: float32, or uint8 (as the scalar ``min(max(v + 0.5, 0), 255)`` truncated: rounded half up, clamped)."""
+    ``dst``: float32, or uint8 (``v + 0.5`` clamped to 0..255, then truncated: rounded half up, clamped)."""
     if not (isinstance(src, types.Array) and src.layout == "C" and src.dtype == types.float32
             and isinstance(dst, types.Array) and dst.layout == "C" and dst.dtype in (types.float32, types.uint8)
             and all(isinstance(i, types.Integer) for i in (at, src_stride, dst_at, dst_stride))
