@@ -80,6 +80,8 @@ def test_every_configuration_finished_into_results_json(matrix_run):
         assert set(r) >= {"config", "status", "reason", "metrics", "mlflow_run_id"}
         assert r["config"]["batch_size"] == 8 and r["facts"]["batch_size_used"] == 8  # logged == used
         assert r["config"]["seed"] == 42 and r["facts"]["warmup_steps_excluded"] == WARMUP
+        # the imports' and set-up's objects frozen before the loader workers forked (tests/test_host_ram.py)
+        assert r["facts"]["gc_frozen_objects"] > 100_000
 
 
 def test_metrics_are_present_and_sane(matrix_run):

@@ -46,6 +46,7 @@ from suite.run.training import (  # noqa: E402
     log_traceback,
     one_line,
     record_observed_loader,
+    set_up_kept_shared,
     train,
     train_with_trainer,
 )
@@ -79,7 +80,8 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         run.mlperf.start(constants.INIT_START)
         run.set_up_device()
         run.set_up_workload(config_filename)
-        run.train()
+        with set_up_kept_shared(run.facts):  # before the loader workers fork, at the first batch
+            run.train()
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, none lost
         run.failed(exc)
     except BaseException:  # interrupted: close the MLPerf log's intervals, then let it propagate
