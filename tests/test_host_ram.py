@@ -108,7 +108,7 @@ def test_a_steady_tree_is_listed_less_often_and_a_new_worker_is_still_seen():
 
 
 _COPY_ON_COLLECT = """
-import gc, json, os, sys
+import contextlib, gc, json, os, sys
 import psutil
 from suite.run.training import set_up_kept_shared
 
@@ -117,7 +117,7 @@ def pss_mib(*pids):
 
 held = [[i] for i in range(600_000)]  # ~45 MiB of objects the collector examines (lists), made before the fork
 facts = {}
-with set_up_kept_shared(facts) if sys.argv[1] == "kept" else open(os.devnull):
+with set_up_kept_shared(facts) if sys.argv[1] == "kept" else contextlib.nullcontext():
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # a loader worker: holds the pages it inherited and waits

@@ -252,9 +252,9 @@ def set_up_kept_shared(facts: dict[str, Any]) -> Iterator[None]:
     page for the writer: one full collection in the training process after its workers started made the host PSS
     of a default configuration ~90 MiB higher, in whichever run it happened (decided by allocation counts, so by
     timing), and took 0.2-0.34 s of its step examining the imports' objects, inside the measured window in longer
-    runs (see "Host PSS from run to run" in docs/performance.md). Frozen, they are never examined, here or in the workers;
-    ``facts.gc_frozen_objects`` says how many. They go back to the collector afterwards, unless a caller had
-    frozen objects itself."""
+    runs (see "Host PSS from run to run" in docs/performance.md). Frozen, they are never examined, here or in the
+    workers; ``facts.gc_frozen_objects`` says how many. They go back to the collector afterwards, unless a caller
+    had frozen objects itself."""
     frozen_before = gc.get_freeze_count()
     gc.freeze()
     facts["gc_frozen_objects"] = gc.get_freeze_count()

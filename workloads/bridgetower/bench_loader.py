@@ -12,16 +12,16 @@ For each pipeline of :mod:`.data.pipelines` it measures
 * the closed pipeline's time per image over its JPEG decode's alone, both timed in pairs in one forked worker on
   one thread (``closed_per_image_vs_decode``).
 
-Pipelines are measured in interleaved rounds (reference, closed, open, reference, ...) and each figure is
-the median over rounds, so that a slow spell of a shared machine hits all of them alike; the ratios
-``closed_vs_reference`` and ``open_vs_reference`` are of end-to-end throughput within this one run.
-Fidelity is checked on the same images: the closed pipeline's largest deviation from the reference
-after normalization, and the open pipeline's PSNR.
+Pipelines are measured in interleaved rounds (reference, closed, open, reference, ...) and each figure is the median
+over rounds, so that a slow spell of a shared machine hits all of them alike; the ratios ``closed_vs_reference`` and
+``open_vs_reference`` are of end-to-end throughput within this one run. Fidelity is checked on the same images: the
+closed pipeline's largest deviation from the reference after normalization, and the open pipeline's PSNR.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import statistics
 import time
@@ -200,6 +200,8 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
     per_worker: dict[str, list[float]] = {name: [] for name in pipelines}
     paired: list[tuple[float, float]] = []  # per round: seconds per image of (closed, decode alone)
     end_to_end: dict[str, list[float]] = {name: [] for name in pipelines}
+    frozen_before = gc.get_freeze_count()
+    gc.freeze()  # as in training (suite.run.training.set_up_kept_shared): no full collection inside an epoch
     try:
         for name, loader in loaders.items():  # warm-up: start the workers, fill caches
             progress(f"warm-up {name}")
@@ -217,6 +219,8 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
             iterator = getattr(loader, "_iterator", None)
             if iterator is not None:
                 iterator._shutdown_workers()
+        if not frozen_before:
+            gc.unfreeze()
 
     result.update(_ratios(options, pipelines, per_worker, end_to_end, paired, result["fidelity"]))
     result["settings"] = {
