@@ -201,7 +201,7 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
     paired: list[tuple[float, float]] = []  # per round: seconds per image of (closed, decode alone)
     end_to_end: dict[str, list[float]] = {name: [] for name in pipelines}
     frozen_before = gc.get_freeze_count()
-    gc.freeze()  # as in training (suite.run.training.set_up_kept_shared): no full collection inside an epoch
+    gc.freeze()  # as in training (suite.run.training.set_up_kept_shared): collections skip what is here now
     try:
         for name, loader in loaders.items():  # warm-up: start the workers, fill caches
             progress(f"warm-up {name}")
