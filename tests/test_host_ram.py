@@ -110,14 +110,13 @@ def test_a_steady_tree_is_listed_less_often_and_a_new_worker_is_still_seen():
 _COPY_ON_COLLECT = """
 import contextlib, gc, json, os, sys
 import psutil
-from suite.run.training import set_up_kept_shared
+from suite.meters.host_ram import kept_shared_with_forks
 
 def pss_mib(*pids):
     return sum(psutil.Process(p).memory_full_info().pss for p in pids) / 2**20
 
 held = [[i] for i in range(600_000)]  # ~45 MiB of objects the collector examines (lists), made before the fork
-facts = {}
-with set_up_kept_shared(facts) if sys.argv[1] == "kept" else contextlib.nullcontext():
+with kept_shared_with_forks() if sys.argv[1] == "kept" else contextlib.nullcontext() as frozen:
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # a loader worker: holds the pages it inherited and waits
@@ -130,7 +129,7 @@ with set_up_kept_shared(facts) if sys.argv[1] == "kept" else contextlib.nullcont
     after = pss_mib(os.getpid(), child)
     os.close(write)
     os.waitpid(child, 0)
-print(json.dumps({"grew_mib": after - before, "frozen": facts.get("gc_frozen_objects"),
+print(json.dumps({"grew_mib": after - before, "frozen": frozen,
                   "frozen_after": gc.get_freeze_count()}))
 """
 
@@ -139,7 +138,7 @@ print(json.dumps({"grew_mib": after - before, "frozen": facts.get("gc_frozen_obj
 def test_a_full_collection_after_the_workers_fork_copies_nothing_the_set_up_made(mode):
     """What made the host PSS of configurations with loader workers take one of two levels from run to run: a full
     collection in the training process after the fork writes to every object it examines, and each written page
-    is copied. Under ``set_up_kept_shared`` (as the configuration process trains) the set-up's objects are frozen:
+    is copied. Under ``kept_shared_with_forks`` (as the configuration process trains) the set-up's objects are frozen:
     the same collection copies (almost) nothing. The control, without it, shows that this machine copies on such a
     write at all (otherwise the first case would pass for nothing)."""
     out = subprocess.run([sys.executable, "-c", _COPY_ON_COLLECT, mode], capture_output=True, text=True,

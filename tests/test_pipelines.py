@@ -144,7 +144,7 @@ def test_bench_loader_json_carries_the_ratios_and_psnr(capsys, tmp_path):
 
 
 def test_bench_loader_keeps_the_collector_off_its_objects_while_it_measures(monkeypatch, capsys):
-    """As the training process does (``set_up_kept_shared``): no full collection examines the objects made before
+    """As the training process does (``kept_shared_with_forks``): no full collection examines the objects made before
     the epochs (0.2-0.4 s each time in this process, against ~0.7 s for an epoch of the closed pipeline), nor
     copies their pages out of the workers'; the collector has them back afterwards."""
     epoch, frozen_during = bench_loader._end_to_end_epoch, []

@@ -9,9 +9,12 @@ measured one (the runner samples its child from the parent), so it does not pert
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import threading
 import time
 from dataclasses import dataclass
+from typing import Iterator
 
 import psutil
 
@@ -216,3 +219,23 @@ class HostRamSampler:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def kept_shared_with_forks() -> Iterator[int]:
+    """Inside, Python's cyclic collector skips every object the process holds on entry (``gc.freeze``), so that
+    processes forked inside (loader workers) keep sharing those objects' pages with this one; yields how many.
+
+    A full collection writes into the header of every object it examines, and after a fork each write copies the
+    page for the writer: one full collection in the training process after its workers started made the host PSS
+    of a default configuration ~90 MiB higher, in whichever run it happened (decided by allocation counts, so by
+    timing), and took 0.2-0.34 s of its step examining the imports' objects, inside the measured window in longer
+    runs (see "Host PSS from run to run" in docs/performance.md). Frozen, they are never examined, here or in the
+    forked processes. They go back to the collector on exit, unless a caller had frozen objects itself."""
+    frozen_before = gc.get_freeze_count()
+    gc.freeze()
+    try:
+        yield gc.get_freeze_count()
+    finally:
+        if not frozen_before:
+            gc.unfreeze()

@@ -28,6 +28,7 @@ from suite.config import RunConfig  # noqa: E402
 from suite.devices.base import prepare_device, run_params  # noqa: E402
 from suite.errors import RecordingError, SuiteError  # noqa: E402
 from suite.events import LAUNCHED_AT_ENV, emit  # noqa: E402
+from suite.meters.host_ram import kept_shared_with_forks  # noqa: E402
 from suite.meters.setup import SetupClock  # noqa: E402
 from suite.registry import load_device, load_workload  # noqa: E402
 from suite.results.environment import accelerator_environment  # noqa: E402
@@ -46,7 +47,6 @@ from suite.run.training import (  # noqa: E402
     log_traceback,
     one_line,
     record_observed_loader,
-    set_up_kept_shared,
     train,
     train_with_trainer,
 )
@@ -80,7 +80,8 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
         run.mlperf.start(constants.INIT_START)
         run.set_up_device()
         run.set_up_workload(config_filename)
-        with set_up_kept_shared(run.facts):  # before the loader workers fork, at the first batch
+        with kept_shared_with_forks() as frozen:  # before the loader workers fork, at the first batch
+            run.facts["gc_frozen_objects"] = frozen
             run.train()
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, none lost
         run.failed(exc)

@@ -3,14 +3,12 @@ trainer, evaluations between steps for a quality target, cache clearing, FLOPs a
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from mlperf_logging.mllog import constants
 
@@ -241,28 +239,6 @@ def clear_caches(config: RunConfig, mlperf: MlperfLog, facts: dict[str, Any]) ->
             how = f"could not drop the page cache: {exc.strerror or exc} (needs root)"
     facts["cache_clear"] = {"cleared": cleared, "how": how}
     mlperf.event(constants.CACHE_CLEAR, cleared, metadata={"how": how})
-
-
-@contextlib.contextmanager
-def set_up_kept_shared(facts: dict[str, Any]) -> Iterator[None]:
-    """While the configuration trains, Python's cyclic collector skips every object the process holds now
-    (``gc.freeze``), so that loader workers forked later keep sharing those objects' pages with this process.
-
-    A full collection writes into the header of every object it examines, and after a fork each write copies the
-    page for the writer: one full collection in the training process after its workers started made the host PSS
-    of a default configuration ~90 MiB higher, in whichever run it happened (decided by allocation counts, so by
-    timing), and took 0.2-0.34 s of its step examining the imports' objects, inside the measured window in longer
-    runs (see "Host PSS from run to run" in docs/performance.md). Frozen, they are never examined, here or in the
-    workers; ``facts.gc_frozen_objects`` says how many. They go back to the collector afterwards, unless a caller
-    had frozen objects itself."""
-    frozen_before = gc.get_freeze_count()
-    gc.freeze()
-    facts["gc_frozen_objects"] = gc.get_freeze_count()
-    try:
-        yield
-    finally:
-        if not frozen_before:
-            gc.unfreeze()
 
 
 def _counted_step(steps: "TrainingSteps") -> float:

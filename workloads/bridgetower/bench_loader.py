@@ -21,7 +21,6 @@ closed pipeline's largest deviation from the reference after normalization, and 
 from __future__ import annotations
 
 import functools
-import gc
 import os
 import statistics
 import time
@@ -35,6 +34,7 @@ from suite.config import RunConfig
 from suite.devices.base import prepare_device
 from suite.devices.cpu import CPUAdapter
 from suite.errors import ConfigError
+from suite.meters.host_ram import kept_shared_with_forks
 
 from workloads.bridgetower.data.catalog import open_source
 from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE
@@ -200,27 +200,24 @@ def run_loader_benchmark(options: LoaderBenchOptions, workload_class: type,
     per_worker: dict[str, list[float]] = {name: [] for name in pipelines}
     paired: list[tuple[float, float]] = []  # per round: seconds per image of (closed, decode alone)
     end_to_end: dict[str, list[float]] = {name: [] for name in pipelines}
-    frozen_before = gc.get_freeze_count()
-    gc.freeze()  # as in training (suite.run.training.set_up_kept_shared): collections skip what is here now
-    try:
-        for name, loader in loaders.items():  # warm-up: start the workers, fill caches
-            progress(f"warm-up {name}")
-            _end_to_end_epoch(loader, pipelines[name])
-        for round_index in range(options.rounds):
-            for name, pipeline in pipelines.items():
-                progress(f"round {round_index + 1}/{options.rounds}: {name}")
-                per_worker[name].append(_in_measuring_worker(pipeline, _rate, sample))
-                batches, seconds = _end_to_end_epoch(loaders[name], pipeline)
-                end_to_end[name].append(batches / seconds)
-            progress(f"round {round_index + 1}/{options.rounds}: closed and JPEG decode alone, in pairs")
-            paired.append(_in_measuring_worker(pipelines["closed"], _paired_with_decode, sample))
-    finally:
-        for loader in loaders.values():
-            iterator = getattr(loader, "_iterator", None)
-            if iterator is not None:
-                iterator._shutdown_workers()
-        if not frozen_before:
-            gc.unfreeze()
+    with kept_shared_with_forks():  # as in training: no full collection examines what is here now
+        try:
+            for name, loader in loaders.items():  # warm-up: start the workers, fill caches
+                progress(f"warm-up {name}")
+                _end_to_end_epoch(loader, pipelines[name])
+            for round_index in range(options.rounds):
+                for name, pipeline in pipelines.items():
+                    progress(f"round {round_index + 1}/{options.rounds}: {name}")
+                    per_worker[name].append(_in_measuring_worker(pipeline, _rate, sample))
+                    batches, seconds = _end_to_end_epoch(loaders[name], pipeline)
+                    end_to_end[name].append(batches / seconds)
+                progress(f"round {round_index + 1}/{options.rounds}: closed and JPEG decode alone, in pairs")
+                paired.append(_in_measuring_worker(pipelines["closed"], _paired_with_decode, sample))
+        finally:
+            for loader in loaders.values():
+                iterator = getattr(loader, "_iterator", None)
+                if iterator is not None:
+                    iterator._shutdown_workers()
 
     result.update(_ratios(options, pipelines, per_worker, end_to_end, paired, result["fidelity"]))
     result["settings"] = {
