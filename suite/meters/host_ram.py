@@ -1,4 +1,5 @@
-"""Host RAM sampling over a process tree (the training process and its loader workers).
+"""Host RAM sampling over a process tree (the training process and its loader workers), and keeping the pages
+that tree shares after a fork shared (:func:`kept_shared_with_forks`).
 
 RSS summed over processes counts shared pages once per process (copy-on-write pages of forked
 DataLoader workers, shared libraries), so it overstates the real footprint; PSS (proportional set
