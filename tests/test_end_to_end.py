@@ -454,7 +454,11 @@ def test_a_killed_loader_worker_fails_the_configuration_and_the_matrix_goes_on(t
                                                                       ("vanishing-standin", "FAILED")]
     # torch's words for the killed worker: "is killed by signal", or "exited unexpectedly" when its poll sees it first
     reason = results[0]["reason"]
-    assert "DataLoader worker" in reason and ("killed" in reason or "exited unexpectedly" in reason), reason
+    # on failure, the run's log (the full traceback; CI keeps nothing else of a tmp folder)
+    log = out / results[0]["facts"].get("log", "no run.log recorded")
+    log_tail = "\n".join(log.read_text().splitlines()[-60:]) if log.is_file() else f"{log}: none"
+    assert "DataLoader worker" in reason and ("killed" in reason or "exited unexpectedly" in reason), \
+        f"{reason}\n--- run.log (end) ---\n{log_tail}"
     assert "vanished after the check" in results[1]["reason"]  # the next configuration still ran
 
 

@@ -484,3 +484,51 @@ def test_an_interrupt_after_a_run_sent_its_result_keeps_it_finished(tmp_path, mo
     folder = ResultsStore(tmp_path / "out")
     assert [r.status for r in folder.results()] == [FINISHED] and recorder.ended == [FINISHED]
     assert folder.matrix().status == KILLED and recorder.closed[0] == KILLED
+
+
+# --- an error raised while a failure is being recorded (CI: "mllog intervals never ended", no result) ----------
+@pytest.mark.parametrize("second_error", [RuntimeError, KeyboardInterrupt], ids=["error", "interrupt"])
+def test_a_second_error_while_a_failure_is_logged_keeps_the_first_reason_and_closes_the_mlperf_log(
+        tmp_path, monkeypatch, second_error):
+    """An error (or a Ctrl-C) raised while a failure's traceback is written must not replace the run's reason nor
+    leave the MLPerf log's intervals open: the log's close then raised a ValueError in place of everything and the
+    configuration process died without a result (CI, the killed-worker test: its log was not kept, so what raised
+    the second time is not known; torch's SIGCHLD handler raises a dead worker's error wherever the main thread is,
+    a Ctrl-C can come anywhere)."""
+    from suite.run import process
+    from workloads.bridgetower.workload import BridgeTowerWorkload
+
+    steps = []
+    real_step = BridgeTowerWorkload.train_step
+
+    def broken_step(self, batch):  # the warm-up step runs; the first measured one fails
+        steps.append(batch)
+        if len(steps) > 1:
+            raise RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed.")
+        return real_step(self, batch)
+
+    raised = []
+
+    def log_traceback_interrupted():
+        if not raised:
+            raised.append(True)
+            raise second_error("raised again while the first failure was logged")
+
+    monkeypatch.setattr(BridgeTowerWorkload, "train_step", broken_step)
+    monkeypatch.setattr(process, "log_traceback", log_traceback_interrupted)
+    log = tmp_path / "mlperf.log"
+    config = dataclasses.replace(BASE, steps=2, warmup_steps=1)
+    if second_error is KeyboardInterrupt:  # an interrupt propagates; the log is closed on its way out
+        with pytest.raises(KeyboardInterrupt):
+            process.execute(config, mllog_path=str(log))
+    else:
+        result = process.execute(config, mllog_path=str(log))
+        assert result.status == FAILED
+        assert result.reason == "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed."
+    assert raised
+    events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.read_text().splitlines()]
+    stops = {e["key"]: e["metadata"] for e in events if e["key"] in ("block_stop", "run_stop")}
+    assert set(stops) == {"block_stop", "run_stop"}
+    for metadata in stops.values():  # why the run aborted: its own failure, an interrupt after it or not
+        assert (metadata["status"], metadata["reason"]) == (
+            "aborted", "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.")

@@ -85,10 +85,7 @@ def execute(config: RunConfig, emit_event: EmitFn = _no_emit, mllog_path: str | 
             run.train()
     except Exception as exc:  # noqa: BLE001 - every failure is recorded, none lost
         run.failed(exc)
-    except BaseException:  # interrupted: close the MLPerf log's intervals, then let it propagate
-        run.mlperf.abort("interrupted")
-        raise
-    finally:
+    finally:  # interrupted too (propagating): the MLPerf log's intervals closed as aborted, then torn down
         run.close()
     return run.result
 
@@ -170,19 +167,25 @@ class _Execution:
         result.status = FINISHED
 
     def failed(self, exc: Exception) -> None:
+        """The run failed with ``exc``: its reason kept. A second error while its traceback and loader are logged (an
+        exception from a signal handler can be raised anywhere) is logged too, never put in its place."""
         self.result.status = FAILED
         self.result.reason = one_line(exc)
-        log_traceback()
-        if self.workload is not None:
-            record_observed_loader(self.result, self.workload)
-        self.mlperf.abort(self.result.reason or "failed")
+        try:
+            log_traceback()
+            if self.workload is not None:
+                record_observed_loader(self.result, self.workload)
+        except Exception:  # noqa: BLE001 - the run's own failure is what the result says
+            log_traceback()
 
     def close(self) -> None:
         """Set-up figures into the result, the MLPerf log closed, workload and device torn down, the process group
         left once every rank is done."""
         result, mlperf = self.result, self.mlperf
         result.metrics.update(self.setup.metrics())
-        mlperf.close()
+        if result.status != FINISHED:  # every open interval ends, aborted with the reason (MLPerf asks why)
+            mlperf.abort(result.reason or "interrupted")
+        mlperf.close()  # raises on an interval a finished run left open: a defect of the suite's own
         if mlperf.write_error:
             self.facts.setdefault("recording_errors", []).append(mlperf.write_error)
         for closer in (self.workload, self.adapter):
