@@ -532,3 +532,28 @@ def test_a_second_error_while_a_failure_is_logged_keeps_the_first_reason_and_clo
     for metadata in stops.values():  # why the run aborted: its own failure, an interrupt after it or not
         assert (metadata["status"], metadata["reason"]) == (
             "aborted", "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.")
+
+
+def test_an_interrupted_run_ends_its_mlperf_log_aborted_as_interrupted(tmp_path, monkeypatch):
+    """Ctrl-C in a measured step: the interrupt propagates (the runner records the configuration KILLED) and the
+    MLPerf log's open intervals end ``aborted``, reason ``interrupted``."""
+    from suite.run import process
+    from workloads.bridgetower.workload import BridgeTowerWorkload
+
+    steps = []
+    real_step = BridgeTowerWorkload.train_step
+
+    def interrupted_step(self, batch):
+        steps.append(batch)
+        if len(steps) > 1:
+            raise KeyboardInterrupt
+        return real_step(self, batch)
+
+    monkeypatch.setattr(BridgeTowerWorkload, "train_step", interrupted_step)
+    log = tmp_path / "mlperf.log"
+    with pytest.raises(KeyboardInterrupt):
+        process.execute(dataclasses.replace(BASE, steps=2, warmup_steps=1), mllog_path=str(log))
+    events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.read_text().splitlines()]
+    stops = {e["key"]: e["metadata"] for e in events if e["key"] in ("block_stop", "run_stop")}
+    assert {key: (m["status"], m["reason"]) for key, m in stops.items()} == {
+        "block_stop": ("aborted", "interrupted"), "run_stop": ("aborted", "interrupted")}
