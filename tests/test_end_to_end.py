@@ -95,6 +95,8 @@ def test_metrics_are_present_and_sane(matrix_run):
         assert m["measured_steps"] == STEPS
         assert m["device_peak_memory_bytes"] > 50 * 2**20
         assert m["host_ram_peak_pss_bytes"] <= m["host_ram_peak_rss_bytes"]
+        if sys.platform == "linux":  # the allocated part: torch's heap and the model at least, less than all of PSS
+            assert 100 * 2**20 < m["host_ram_peak_pss_anon_bytes"] < m["host_ram_peak_pss_bytes"]
         assert len(r["losses"]) == STEPS + WARMUP and all(math.isfinite(x) for x in r["losses"])
     no_workers, two_workers = (r["metrics"] for r in results)
     assert two_workers["host_ram_peak_rss_bytes"] > no_workers["host_ram_peak_rss_bytes"]

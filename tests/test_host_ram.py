@@ -29,7 +29,7 @@ def _wait_rss(pid, at_least, timeout=20.0):
 
 def test_sampler_counts_child_processes():
     code = f"b = bytearray({ALLOC}); import sys; sys.stdin.read()"  # touch ALLOC bytes, then wait
-    before_rss, _, before_n = sample_tree(psutil.Process())
+    before = sample_tree(psutil.Process())
     children = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE) for _ in range(2)]
     try:
         for child in children:
@@ -41,9 +41,42 @@ def test_sampler_counts_child_processes():
         for child in children:
             child.communicate(b"")
     assert peak.samples >= 2
-    assert peak.max_processes >= before_n + 2
-    assert peak.peak_rss_bytes >= before_rss + 2 * ALLOC
+    assert peak.max_processes >= before.processes + 2
+    assert peak.peak_rss_bytes >= before.rss + 2 * ALLOC
     assert peak.peak_pss_bytes is not None and peak.peak_pss_bytes >= 2 * ALLOC
+    if sys.platform == "linux":  # the children's bytearrays are anonymous memory
+        assert peak.peak_pss_anon_bytes is not None and peak.peak_pss_anon_bytes >= 2 * ALLOC
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux's smaps_rollup breaks PSS down")
+def test_the_anonymous_part_of_pss_counts_what_a_process_allocated_not_the_files_it_maps(tmp_path):
+    """A process that allocates ALLOC and one that maps a file of ALLOC and reads it both grow PSS by ~ALLOC; only the
+    first grows its anonymous part. A library's mapped pages are file pages like these, and how many of them a
+    process has depends on how the page cache holds the file (docs/performance.md), not on the run."""
+    data = tmp_path / "mapped.bin"
+    data.write_bytes(os.urandom(ALLOC))
+    wait = "import sys; sys.stdin.read()"
+    codes = {
+        "idle": wait,
+        "allocates": f"b = bytearray({ALLOC}); b[::4096] = b'x' * len(b[::4096]); {wait}",
+        "maps a file": (f"import mmap; f = open({str(data)!r}, 'rb'); m = mmap.mmap(f.fileno(), 0, "
+                        f"access=mmap.ACCESS_READ); sum(m[i] for i in range(0, len(m), 4096)); {wait}"),
+    }
+    children = {name: subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+                for name, code in codes.items()}
+    try:
+        for name in ("allocates", "maps a file"):
+            _wait_rss(children[name].pid, ALLOC)
+        samples = {name: sample_tree(psutil.Process(child.pid)) for name, child in children.items()}
+    finally:
+        for child in children.values():
+            child.communicate(b"")
+    idle = samples["idle"]
+    assert idle.pss_anon is not None and 0 < idle.pss_anon <= idle.pss
+    for name in ("allocates", "maps a file"):
+        assert samples[name].pss - idle.pss >= 0.9 * ALLOC, (name, samples[name], idle)
+    assert samples["allocates"].pss_anon - idle.pss_anon >= 0.9 * ALLOC
+    assert abs(samples["maps a file"].pss_anon - idle.pss_anon) <= 0.1 * ALLOC, (samples["maps a file"], idle)
 
 
 def _hold(ready, done):
@@ -63,7 +96,7 @@ def test_pss_counts_forked_shared_pages_once():
     try:
         for r in readies:
             assert r.wait(20)
-        rss, pss, n = sample_tree(psutil.Process())
+        rss, pss, n, _ = sample_tree(psutil.Process())
     finally:
         done.set()
         for p in procs:

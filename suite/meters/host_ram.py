@@ -15,7 +15,8 @@ import gc
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from pathlib import Path
+from typing import Iterator, NamedTuple
 
 import psutil
 
@@ -30,6 +31,47 @@ class HostRamPeak:
     samples: int
     #: (time.monotonic(), RSS sum) over the run, thinned evenly past :data:`SERIES_CAP` samples: the memory trend
     rss_series: tuple[tuple[float, int], ...] = ()
+    #: the anonymous and shared-memory part of PSS (``Pss_Anon`` + ``Pss_Shmem``): what the tree allocated, without
+    #: the shared libraries' mapped pages, whose count depends on how the page cache holds those files
+    #: (docs/performance.md); None where the kernel does not break PSS down (not Linux, Linux before 5.1)
+    peak_pss_anon_bytes: int | None = None
+
+
+class TreeSample(NamedTuple):
+    """One reading of a process tree: sums over its processes (PSS figures ``None`` where not read or unknown)."""
+
+    rss: int
+    pss: int | None
+    processes: int
+    pss_anon: int | None = None
+
+
+#: Linux's per-process totals of /proc/PID/smaps (4.14+; ``Pss_Anon``/``Pss_Shmem`` since 5.1), read in one pass.
+_HAS_ROLLUP = Path("/proc/self/smaps_rollup").exists()
+_ROLLUP_KEYS = {"Pss:": "pss", "Pss_Anon:": "anon", "Pss_Shmem:": "shmem"}
+
+
+def read_smaps_rollup(pid: int) -> dict[str, int] | None:
+    """``pss``, ``anon`` and ``shmem`` (bytes; the latter two absent on kernels that lack them) of a process
+    from ``/proc/PID/smaps_rollup``: the file psutil reads for PSS, which does not pass the breakdown on. ``None``
+    where the system has no such file; raises ``psutil.NoSuchProcess`` for a process that has exited and
+    ``psutil.AccessDenied`` for one not readable."""
+    if not _HAS_ROLLUP:
+        return None
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except (FileNotFoundError, ProcessLookupError) as exc:
+        raise psutil.NoSuchProcess(pid) from exc
+    except PermissionError as exc:
+        raise psutil.AccessDenied(pid) from exc
+    values: dict[str, int] = {}
+    for line in text.splitlines()[1:]:  # the first line names the address range
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] in _ROLLUP_KEYS:
+            values[_ROLLUP_KEYS[fields[0]]] = int(fields[1]) * 1024  # kB
+    if "pss" not in values:  # an exited process can leave an empty file
+        raise psutil.NoSuchProcess(pid)
+    return values
 
 
 def process_tree(root: psutil.Process) -> list[psutil.Process]:
@@ -41,8 +83,8 @@ def process_tree(root: psutil.Process) -> list[psutil.Process]:
 
 
 def sample_tree(root: psutil.Process, with_pss: bool = True,
-                procs: list[psutil.Process] | None = None) -> tuple[int, int | None, int]:
-    """One sample: (sum of RSS, sum of PSS or None, number of processes) over root and descendants.
+                procs: list[psutil.Process] | None = None) -> TreeSample:
+    """One sample: sums of RSS, PSS and PSS's anonymous part, and the number of processes, over root and descendants.
 
     RSS costs microseconds; PSS makes the kernel walk every resident page (~13 ms for a 500 MB
     process), so ``with_pss=False`` reads RSS only (PSS is then ``None``). ``procs``: the tree as listed
@@ -54,15 +96,16 @@ def sample_tree(root: psutil.Process, with_pss: bool = True,
     if procs is None:
         procs = process_tree(root)  # empty once root has exited
     if not procs:
-        return 0, 0, 0
+        return TreeSample(0, 0, 0, 0)
     rss = 0
     pss: int | None = 0
+    anon: int | None = 0
     counted = 0
     for proc in procs:
         info = None
         if with_pss:
             try:
-                info = proc.memory_full_info()
+                info = _pss_reading(proc)
             except psutil.NoSuchProcess:  # (and ZombieProcess) exited between listing and reading
                 continue
             except psutil.AccessDenied:
@@ -72,17 +115,26 @@ def sample_tree(root: psutil.Process, with_pss: bool = True,
                 rss += proc.memory_info().rss
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            pss = None
+            pss = anon = None
             counted += 1
             continue
-        rss += info.rss
+        rss += info[0]
         counted += 1
-        proc_pss = getattr(info, "pss", None)
-        if proc_pss is None or pss is None:
-            pss = None
-        else:
-            pss += proc_pss
-    return rss, (pss if with_pss else None), counted
+        pss = None if pss is None or info[1] is None else pss + info[1]
+        anon = None if anon is None or info[2] is None else anon + info[2]
+    if not with_pss:
+        return TreeSample(rss, None, counted, None)
+    return TreeSample(rss, pss, counted, anon)
+
+
+def _pss_reading(proc: psutil.Process) -> tuple[int, int | None, int | None]:
+    """One process's RSS, PSS and PSS's anonymous part (Linux's breakdown; else psutil's reading, part unknown)."""
+    rollup = read_smaps_rollup(proc.pid)
+    if rollup is None:
+        info = proc.memory_full_info()
+        return info.rss, getattr(info, "pss", None), None
+    anon = rollup["anon"] + rollup["shmem"] if "anon" in rollup and "shmem" in rollup else None
+    return proc.memory_info().rss, rollup["pss"], anon  # RSS as every RSS-only sample reads it (as psutil does)
 
 
 #: How soon the sampler lists the process tree again after the list changed (new loader workers are seen within
@@ -130,6 +182,7 @@ class HostRamSampler:
         self._thread: threading.Thread | None = None
         self._peak_rss = 0
         self._peak_pss: int | None = 0
+        self._peak_anon: int | None = 0
         self._max_procs = 0
         self._samples = 0
         self._tree: list[psutil.Process] | None = None
@@ -145,7 +198,7 @@ class HostRamSampler:
         now = time.monotonic()
         if self._tree is None or now - self._tree_listed >= self._tree_wait:
             self._list_tree(now)
-        rss, pss, procs = sample_tree(self._root, with_pss, self._tree)
+        rss, pss, procs, anon = sample_tree(self._root, with_pss, self._tree)
         if procs == 0:
             return
         self._samples += 1
@@ -161,6 +214,7 @@ class HostRamSampler:
             self._peak_pss = None
         else:
             self._peak_pss = max(self._peak_pss, pss)
+        self._peak_anon = None if anon is None or self._peak_anon is None else max(self._peak_anon, anon)
 
     def relist_tree(self) -> None:
         """List the process tree again at the next sample (the runner asks as a measured window starts, so loader
@@ -213,7 +267,8 @@ class HostRamSampler:
         return self.peak()
 
     def peak(self) -> HostRamPeak:
-        return HostRamPeak(self._peak_rss, self._peak_pss, self._max_procs, self._samples, tuple(self._series))
+        return HostRamPeak(self._peak_rss, self._peak_pss, self._max_procs, self._samples, tuple(self._series),
+                           self._peak_anon if self.pss_samples else None)
 
     def __enter__(self) -> "HostRamSampler":
         return self.start()

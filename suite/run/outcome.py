@@ -120,6 +120,8 @@ def complete_record(result: RunResult, files: RunFiles, watched: Watched, memory
         result.metrics["host_ram_peak_rss_bytes"] = float(ram.peak_rss_bytes)
         if ram.peak_pss_bytes is not None:
             result.metrics["host_ram_peak_pss_bytes"] = float(ram.peak_pss_bytes)
+        if ram.peak_pss_anon_bytes is not None:
+            result.metrics["host_ram_peak_pss_anon_bytes"] = float(ram.peak_pss_anon_bytes)
         result.facts["host_ram_max_processes"] = ram.max_processes
         result.facts["host_ram_samples"] = ram.samples
     record_memory_trend(result, ram.rss_series)

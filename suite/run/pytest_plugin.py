@@ -83,6 +83,8 @@ def run_benchmark(benchmark: Any, config: RunConfig) -> RunResult:
         result.metrics["host_ram_peak_rss_bytes"] = float(ram.peak_rss_bytes)
         if ram.peak_pss_bytes is not None:
             result.metrics["host_ram_peak_pss_bytes"] = float(ram.peak_pss_bytes)
+        if ram.peak_pss_anon_bytes is not None:
+            result.metrics["host_ram_peak_pss_anon_bytes"] = float(ram.peak_pss_anon_bytes)
         result.facts["device"] = adapter.facts()
         result.facts["workload"] = workload.facts()
     finally:
