@@ -79,6 +79,35 @@ def test_the_anonymous_part_of_pss_counts_what_a_process_allocated_not_the_files
     assert abs(samples["maps a file"].pss_anon - idle.pss_anon) <= 0.1 * ALLOC, (samples["maps a file"], idle)
 
 
+def test_another_process_mapping_the_same_file_lowers_pss_but_not_its_anonymous_part(tmp_path):
+    """Why the tables compare configurations by the anonymous part: PSS splits a file page between every process that
+    maps it, so a process's PSS falls when a neighbour maps the same library (the runner and a configuration process
+    started ahead of its turn map torch's); what it allocated does not move. In a matrix this moved a configuration's
+    PSS by 10-20 MiB with its place in the schedule (docs/performance.md)."""
+    data = tmp_path / "library.bin"
+    data.write_bytes(os.urandom(ALLOC))
+    touch_file = (f"import mmap; f = open({str(data)!r}, 'rb'); m = mmap.mmap(f.fileno(), 0, "
+                  f"access=mmap.ACCESS_READ); sum(m[i] for i in range(0, len(m), 4096)); ")
+    wait = "import sys; sys.stdin.read()"
+    measured = subprocess.Popen([sys.executable, "-c", f"b = bytearray({ALLOC}); b[::4096] = b'x' * len(b[::4096]); "
+                                 + touch_file + wait], stdin=subprocess.PIPE)
+    neighbour = None
+    try:
+        _wait_rss(measured.pid, 2 * ALLOC)
+        alone = sample_tree(psutil.Process(measured.pid))
+        neighbour = subprocess.Popen([sys.executable, "-c", touch_file + wait], stdin=subprocess.PIPE)
+        _wait_rss(neighbour.pid, ALLOC)
+        beside = sample_tree(psutil.Process(measured.pid))
+    finally:
+        for child in (measured, neighbour):
+            if child is not None:
+                child.communicate(b"")
+    assert alone.pss - beside.pss >= 0.4 * ALLOC, (alone, beside)  # half of the file's pages went to the neighbour
+    assert alone.pss_anon is not None and beside.pss_anon is not None
+    assert abs(alone.pss_anon - beside.pss_anon) <= 0.05 * ALLOC, (alone, beside)
+    assert alone.pss_anon >= 0.9 * ALLOC
+
+
 def _hold(ready, done):
     ready.set()
     done.wait(30)

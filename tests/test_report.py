@@ -37,7 +37,7 @@ def _metrics(throughput, busy=False):
     return {"throughput_samples_per_s": throughput, "throughput_ci95_low": throughput * 0.95,
             "throughput_ci95_high": throughput * 1.05, "step_time_p50_s": 8 / throughput,
             "step_time_p99_s": 10 / throughput, "data_wait_fraction": 0.3, "host_ram_peak_pss_bytes": 400 * MiB,
-            "host_ram_peak_rss_bytes": 460 * MiB, "device_peak_memory_bytes": 470 * MiB, "eval_accuracy": 0.05,
+            "host_ram_peak_pss_anon_bytes": 300 * MiB, "host_ram_peak_rss_bytes": 460 * MiB, "device_peak_memory_bytes": 470 * MiB, "eval_accuracy": 0.05,
             "contention_others_cpu_share": 0.6 if busy else 0.01, "contention_steal_share": 0.0}
 
 
@@ -113,6 +113,10 @@ def test_the_markdown_twin_says_what_the_page_says(tmp_path):
                  "(host VmHWM)", "device=cpu workers=0 loader=cpu precision=bf16 engine=suite: FAILED"):
         assert text in markdown and text.replace('"', "&quot;") in page
     assert "BUSY" in markdown and markdown.count("| quiet |") == 5
+    # the host RAM figures in one order everywhere, the one to compare by first, and what each is
+    assert "| data-wait | host anon MiB | host PSS MiB | host RSS MiB | device peak MiB |" in markdown
+    assert markdown.count("| 30% | 300 | 400 | 460 | 470 (host VmHWM) |") == 6
+    assert "Host RAM, peaks of the training process + its loader workers: anon = what they allocated" in markdown
 
 
 def test_the_report_of_an_mlflow_run_is_the_report_of_its_folder(tmp_path, capfd):
@@ -256,6 +260,22 @@ def test_reasons_with_brackets_are_shown_as_they_are(capsys):
     print_results_table([RunResult(config=BASE, status=FAILED, reason=reason)])
     shown = "".join(capsys.readouterr().out.replace("│", "").split())  # the cell folds over lines
     assert "".join(reason.split()) in shown
+
+
+@pytest.mark.parametrize("width", [200, 60])
+def test_the_results_table_shows_the_host_ram_figures_anon_first_and_says_what_they_are(width, monkeypatch, capsys):
+    """Wide: columns; narrow: a block per run. Either way anon, PSS, RSS in that order, and the note."""
+    from suite.cli import tables
+
+    monkeypatch.setattr(tables, "narrow", lambda: width < 100)
+    tables.print_results_table([RunResult(config=BASE, status=FINISHED, metrics=_metrics(50.0))])
+    out = capsys.readouterr().out
+    flat = " ".join(out.replace("│", " ").replace("┃", " ").split())
+    if width < 100:
+        assert "host anon 300 MiB, host PSS 400 MiB, host RSS 460 MiB" in flat
+    else:
+        assert "anon/PSS/RSS" in flat and " 300/400/460 " in flat  # the header wraps over two lines
+    assert "anon = what they allocated (the anonymous part of PSS; compare configurations by it)" in flat
 
 
 def test_the_headline_calls_a_speed_up_only_when_the_intervals_separate(tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suite.analysis.compare import THROUGHPUT, Row
+from suite.analysis.host_ram_figures import HOST_RAM_FIGURES
 from suite.text import plot_text
 
 MiB = 2**20
@@ -88,8 +89,9 @@ def plot(rows: Sequence[Row], directory: Path) -> list[Path]:
     fig, (host, device) = plt.subplots(1, 2, figsize=(12, 5))
     for name, members in series.items():
         xs = [r.config.num_workers for r in members]
-        colour = None  # one colour per series: PSS solid, RSS dashed
-        for key, style, what in (("host_ram_peak_pss_bytes", "-", "PSS"), ("host_ram_peak_rss_bytes", "--", "RSS")):
+        colour = None  # one colour per series: anon solid, PSS dash-dotted, RSS dashed
+        for (key, label), style in zip(HOST_RAM_FIGURES, ("-", "-.", "--"), strict=True):
+            what = label.removeprefix("host ")
             ys = [r.metrics.get(key, float("nan")) / MiB for r in members]
             (line,) = host.plot(xs, ys, style, marker="o", color=colour, label=f"{name} ({what})")
             colour = line.get_color()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from suite.analysis.host_ram_figures import HOST_RAM_FIGURES
 from suite.analysis.timeline import TIMELINE
 from suite.meters.setup import metric_name
 from suite.results.record import FINISHED, RunResult
@@ -26,10 +27,7 @@ def summary_line(result: RunResult) -> str:
         parts.append(f"p50 {m['step_time_p50_s'] * 1000:.0f} ms")
     if "data_wait_fraction" in m:
         parts.append(f"data-wait {m['data_wait_fraction']:.0%}")
-    if "host_ram_peak_pss_bytes" in m:
-        parts.append(f"host PSS {m['host_ram_peak_pss_bytes'] / MiB:.0f} MiB")
-    if "host_ram_peak_rss_bytes" in m:
-        parts.append(f"RSS {m['host_ram_peak_rss_bytes'] / MiB:.0f} MiB")
+    parts += [f"{label} {m[key] / MiB:.0f} MiB" for key, label in HOST_RAM_FIGURES if key in m]
     setup = setup_text(m)
     if setup:
         parts.append(setup)

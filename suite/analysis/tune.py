@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suite.analysis.equivalence import INCONCLUSIVE, PASS, ratio_test
+from suite.analysis.host_ram_figures import compared_bytes
 from suite.analysis.plots import finish_workers_axis
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError
@@ -33,6 +34,7 @@ class TunePoint:
     status: str
     throughput_samples_per_s: float | None = None
     host_ram_peak_pss_bytes: float | None = None
+    host_ram_peak_pss_anon_bytes: float | None = None  # what settings are compared by (suite.analysis.host_ram_figures)
     data_wait_fraction: float | None = None
     reason: str = ""
     ci_low: float | None = None  # 95 % interval of the throughput (block bootstrap over its steps)
@@ -59,7 +61,7 @@ class TuneOutcome:
             "best": dataclasses.asdict(self.best),
             "recommended": dataclasses.asdict(self.recommended),
             "points": [dataclasses.asdict(p) for p in self.points],
-            "rule": "smallest num_workers (then prefetch factor, then host PSS) not significantly slower than the "
+            "rule": "smallest num_workers (then prefetch factor, then host anon RAM) not significantly slower than the "
                     "best: its 95 % throughput interval reaches the best's, or its throughput >= (1 - tolerance) x "
                     "best",
             "contended_points": [p.label for p in self.points if p.contended],
@@ -90,7 +92,7 @@ def analyse(results: Sequence[RunResult], tolerance: float) -> TuneOutcome:
         points.append(TunePoint(
             num_workers=config.num_workers, prefetch_factor=config.prefetch_factor, status=result.status,
             throughput_samples_per_s=m.get("throughput_samples_per_s"),
-            host_ram_peak_pss_bytes=m.get("host_ram_peak_pss_bytes"),
+            host_ram_peak_pss_bytes=m.get("host_ram_peak_pss_bytes"), host_ram_peak_pss_anon_bytes=compared_bytes(m),
             data_wait_fraction=m.get("data_wait_fraction"), reason=result.reason or "",
             ci_low=m.get("throughput_ci95_low", m.get("throughput_samples_per_s")),
             ci_high=m.get("throughput_ci95_high", m.get("throughput_samples_per_s")),
@@ -106,7 +108,7 @@ def analyse(results: Sequence[RunResult], tolerance: float) -> TuneOutcome:
     best = points[top]
     good = [best] + [points[i] for i in finished if points[i].vs_best.startswith(PASS)]
     recommended = min(good, key=lambda p: (p.num_workers, p.prefetch_factor or 0,
-                                           p.host_ram_peak_pss_bytes or float("inf")))
+                                           p.host_ram_peak_pss_anon_bytes or float("inf")))
     return TuneOutcome(points, best, recommended, tolerance)
 
 
@@ -122,7 +124,7 @@ def _against_best(best: TunePoint, best_steps: list[float], point: TunePoint, st
 
 
 def plot(outcome: TuneOutcome, path: Path, title: str) -> Path:
-    """Throughput and host PSS against num_workers, one line per prefetch factor; the pick is marked."""
+    """Throughput and host RAM (anon) against num_workers, one line per prefetch factor; the pick is marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -137,8 +139,8 @@ def plot(outcome: TuneOutcome, path: Path, title: str) -> Path:
         line = sorted(zero + [p for p in finished if p.prefetch_factor == factor], key=lambda p: p.num_workers)
         label = f"prefetch_factor={factor}" if factor is not None else "workers 0"
         speed.plot([p.num_workers for p in line], [p.throughput_samples_per_s for p in line], marker="o", label=label)
-        ram.plot([p.num_workers for p in line], [(p.host_ram_peak_pss_bytes or float("nan")) / MiB for p in line],
-                 marker="o", label=label)
+        ram.plot([p.num_workers for p in line], [(p.host_ram_peak_pss_anon_bytes or float("nan")) / MiB
+                                                 for p in line], marker="o", label=label)
     pick = outcome.recommended
     speed.axhline((1 - outcome.tolerance) * (outcome.best.throughput_samples_per_s or 0), color="grey",
                   linestyle=":", label=f"best - {outcome.tolerance:.0%}")
@@ -146,7 +148,7 @@ def plot(outcome: TuneOutcome, path: Path, title: str) -> Path:
                   edgecolors="red", linewidths=2, label=f"recommended: {pick.label}", zorder=5)
     workers = sorted({p.num_workers for p in outcome.points})
     finish_workers_axis(speed, "Throughput", "samples/s (measured steps)", workers, 8)
-    finish_workers_axis(ram, "Host RAM peak (PSS, process + workers)", "MiB", workers, 8)
+    finish_workers_axis(ram, "Host RAM peak (anonymous part of PSS, process + workers)", "MiB", workers, 8)
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

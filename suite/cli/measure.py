@@ -193,8 +193,9 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
     say(f"best: {best.label} ({best.throughput_samples_per_s:.1f} samples/s, 95 % interval "
           f"[{best.ci_low:.1f}, {best.ci_high:.1f}])\n"
           f"recommended: {pick.label} ({pick.throughput_samples_per_s:.1f} samples/s, [{pick.ci_low:.1f}, "
-          f"{pick.ci_high:.1f}]: not significantly slower than the best; host PSS "
-          f"{(pick.host_ram_peak_pss_bytes or 0) / 2**20:.0f} MiB)\n"
+          f"{pick.ci_high:.1f}]: not significantly slower than the best; host anon "
+          + (f"{pick.host_ram_peak_pss_anon_bytes / 2**20:.0f} MiB" if pick.host_ram_peak_pss_anon_bytes else "-")
+          + f", PSS {(pick.host_ram_peak_pss_bytes or 0) / 2**20:.0f} MiB)\n"
           f"plot: {png}\nsummary: {summary}")
     busy = [p.label for p in outcome.points if p.contended]
     if busy:

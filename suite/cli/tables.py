@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from suite.analysis import memory_trend
 from suite.analysis.bottleneck import explanations
+from suite.analysis.host_ram_figures import HOST_RAM_FIGURES, HOST_RAM_NOTE
 from suite.analysis.scoring import ConfigScore
 from suite.cli.display import MiB, narrow, say, wide_console, wrapped
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
@@ -26,6 +27,19 @@ def _fmt(metrics: dict[str, float], key: str, scale: float = 1.0, pattern: str =
     return pattern.format(metrics[key] * scale) if key in metrics else "-"
 
 
+#: one column for the host RAM figures, in :data:`HOST_RAM_FIGURES`' order ("host MiB anon/PSS/RSS": the tables
+#: stay as wide as they were with two of them)
+_HOST_RAM_COLUMN = "host MiB " + "/".join(label.removeprefix("host ") for _, label in HOST_RAM_FIGURES)
+
+
+def _host_ram_cells(metrics: dict[str, float]) -> list[str]:
+    return [_fmt(metrics, key, 1 / MiB) for key, _ in HOST_RAM_FIGURES]
+
+
+def _host_ram_cell(metrics: dict[str, float]) -> str:
+    return "/".join(_host_ram_cells(metrics))
+
+
 def print_results_table(results: Sequence[RunResult]) -> None:
     """One row per run: the headline metrics, or the failure reason."""
     from rich.table import Table
@@ -36,8 +50,7 @@ def print_results_table(results: Sequence[RunResult]) -> None:
     table = Table(title="results")
     table.add_column("configuration", no_wrap=True)
     table.add_column("status", overflow="fold", max_width=60)
-    for column in ("samples/s", "p50 ms", "p99 ms", "data-wait", "device peak MiB", "host PSS MiB", "host RSS MiB",
-                   "memory"):
+    for column in ("samples/s", "p50 ms", "p99 ms", "data-wait", "device peak MiB", _HOST_RAM_COLUMN, "memory"):
         table.add_column(column, justify="right")
     for result in results:
         label = result.config.describe() + (f" #{result.repeat}" if result.repeat else "")
@@ -46,10 +59,9 @@ def print_results_table(results: Sequence[RunResult]) -> None:
             table.add_row(_plain(label), result.status, _fmt(m, "throughput_samples_per_s", pattern="{:.1f}"),
                           _fmt(m, "step_time_p50_s", 1000), _fmt(m, "step_time_p99_s", 1000),
                           _fmt(m, "data_wait_fraction", pattern="{:.0%}"), _fmt(m, "device_peak_memory_bytes", 1 / MiB),
-                          _fmt(m, "host_ram_peak_pss_bytes", 1 / MiB), _fmt(m, "host_ram_peak_rss_bytes", 1 / MiB),
-                          memory_trend.describe(memory_trend.recorded_verdict(result.facts), m))
+                          _host_ram_cell(m), memory_trend.describe(memory_trend.recorded_verdict(result.facts), m))
         else:
-            table.add_row(_plain(label), _plain(f"{result.status}: {result.reason}"), *["-"] * 8)
+            table.add_row(_plain(label), _plain(f"{result.status}: {result.reason}"), *["-"] * 7)
     wide_console().print(table)
     _print_results_notes(results)
 
@@ -66,13 +78,15 @@ def _print_results_blocks(results: Sequence[RunResult]) -> None:
         say(f"  {label}:\n    {_fmt(m, 'throughput_samples_per_s', pattern='{:.1f}')} samples/s, "
             f"p50 {_fmt(m, 'step_time_p50_s', 1000)} ms, p99 {_fmt(m, 'step_time_p99_s', 1000)} ms, "
             f"data-wait {_fmt(m, 'data_wait_fraction', pattern='{:.0%}')}, device peak "
-            f"{_fmt(m, 'device_peak_memory_bytes', 1 / MiB)} MiB, host PSS "
-            f"{_fmt(m, 'host_ram_peak_pss_bytes', 1 / MiB)} MiB, RSS {_fmt(m, 'host_ram_peak_rss_bytes', 1 / MiB)} "
-            f"MiB, memory {memory_trend.describe(memory_trend.recorded_verdict(result.facts), m)}")
+            f"{_fmt(m, 'device_peak_memory_bytes', 1 / MiB)} MiB, "
+            + "".join(f"{label} {cell} MiB, " for (_, label), cell in zip(HOST_RAM_FIGURES, _host_ram_cells(m)))
+            + f"memory {memory_trend.describe(memory_trend.recorded_verdict(result.facts), m)}")
     _print_results_notes(results)
 
 
 def _print_results_notes(results: Sequence[RunResult]) -> None:
+    if any(r.status == FINISHED for r in results):
+        say(HOST_RAM_NOTE)
     if any(r.config.device == "cpu" for r in results):
         say(DEVICE_MEMORY_NOTE)
     finished = [r for r in results if r.status == FINISHED]
@@ -128,7 +142,7 @@ def print_compare_table(rows: Sequence[Any], base: Any, ratios: Sequence[float])
     table = Table(title=f"configurations (speed-up over {base.label})")
     table.add_column("configuration", justify="left")
     for column in ("runs", "samples/s", "95% interval", "speed-up", "quality", "p50 ms", "data-wait",
-                   "device peak MiB", "host PSS MiB", "host RSS MiB", "memory"):
+                   "device peak MiB", _HOST_RAM_COLUMN, "memory"):
         table.add_column(column, justify="right")
     for row, ratio in zip(rows, ratios, strict=True):
         m = row.metrics
@@ -139,9 +153,10 @@ def print_compare_table(rows: Sequence[Any], base: Any, ratios: Sequence[float])
                       _fmt(m, "throughput_samples_per_s", pattern="{:.1f}"), interval, f"{ratio:.2f}x",
                       _fmt(m, "eval_accuracy", pattern="{:.3f}"),
                       _fmt(m, "step_time_p50_s", 1000), _fmt(m, "data_wait_fraction", pattern="{:.0%}"),
-                      _fmt(m, "device_peak_memory_bytes", 1 / MiB), _fmt(m, "host_ram_peak_pss_bytes", 1 / MiB),
-                      _fmt(m, "host_ram_peak_rss_bytes", 1 / MiB), memory_trend.describe(row.memory_trend, m))
+                      _fmt(m, "device_peak_memory_bytes", 1 / MiB), _host_ram_cell(m),
+                      memory_trend.describe(row.memory_trend, m))
     wide_console().print(table)
+    print(HOST_RAM_NOTE)
     if any(row.config.device == "cpu" for row in rows):
         print(DEVICE_MEMORY_NOTE)
     if any(row.contended for row in rows):
@@ -155,8 +170,8 @@ def print_tune_table(outcome: Any) -> None:
     from rich.table import Table
 
     table = Table(title="suite tune: every setting, with its spread")
-    for column in ("setting", "status", "samples/s", "95% interval", "spread", "data-wait", "host PSS MiB", "host",
-                   "vs best (equivalence)", "pick"):
+    for column in ("setting", "status", "samples/s", "95% interval", "spread", "data-wait", "host anon MiB",
+                   "host", "vs best (equivalence)", "pick"):
         table.add_column(column, justify="left" if column in ("setting", "status", "pick", "vs best (equivalence)")
                          else "right")
     for point in outcome.points:
@@ -170,6 +185,7 @@ def print_tune_table(outcome: Any) -> None:
             f"{point.ci_low:.1f}-{point.ci_high:.1f}" if has_interval else "-",
             f"±{(point.ci_high - point.ci_low) / 2 / point.throughput_samples_per_s:.0%}" if has_interval else "-",
             f"{point.data_wait_fraction:.0%}" if finished and point.data_wait_fraction is not None else "-",
-            f"{point.host_ram_peak_pss_bytes / MiB:.0f}" if finished and point.host_ram_peak_pss_bytes else "-",
+            f"{point.host_ram_peak_pss_anon_bytes / MiB:.0f}" if finished and point.host_ram_peak_pss_anon_bytes
+            else "-",
             "BUSY" if point.contended else "quiet", _plain(point.vs_best or "-"), pick)
     wide_console().print(table)

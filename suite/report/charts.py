@@ -11,6 +11,8 @@ import io
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from suite.analysis.host_ram_figures import HOST_RAM_FIGURES
+
 MiB = 2**20
 
 #: Bar colour per loader: the CPU loader as the blog's plain bars, on-device decode in a contrasting colour.
@@ -106,21 +108,26 @@ def grouped_bars(name: str, title: str, bars: Sequence[Bar], ylabel: str,
     return _finish(plt, fig, name, title)
 
 
+#: the legend of each of :data:`HOST_RAM_FIGURES`' bars
+_HOST_RAM_LEGEND = ("anon: allocated (compare by this)", "PSS: + share of the libraries",
+                    "RSS: shared pages per process")
+
+
 def memory_bars(rows: Sequence[Any], group_of: Callable[[Any], str]) -> Chart:
-    """Host RAM peaks (PSS, RSS) and the device peak per configuration; on a CPU the device figure is the
+    """Host RAM peaks (anon, PSS, RSS) and the device peak per configuration; on a CPU the device figure is the
     training process's RSS high-water mark (VmHWM), labelled so."""
     plt = _pyplot()
     labels = [f"{group_of(r)}\n{r.config.num_workers} worker{'' if r.config.num_workers == 1 else 's'}"
               + (f"\nloader {r.config.loader}" if len({x.config.loader for x in rows}) > 1 else "") for r in rows]
     fig, (host, device) = plt.subplots(1, 2, figsize=(min(16.0, 4.0 + 1.1 * len(rows)), 4.6))
     xs = list(range(len(rows)))
-    for offset, key, what in ((-0.2, "host_ram_peak_pss_bytes", "PSS (shared pages split)"),
-                              (0.2, "host_ram_peak_rss_bytes", "RSS (shared pages counted per process)")):
-        host.bar([x + offset for x in xs], [r.metrics.get(key, 0.0) / MiB for r in rows], width=0.4, label=what)
-    host.set_title("Host RAM peak: training process + loader workers")
+    width = 0.8 / len(HOST_RAM_FIGURES)
+    for n, ((key, _), what) in enumerate(zip(HOST_RAM_FIGURES, _HOST_RAM_LEGEND, strict=True)):
+        host.bar([x + (n - (len(HOST_RAM_FIGURES) - 1) / 2) * width for x in xs],
+                 [r.metrics.get(key, 0.0) / MiB for r in rows], width=width, label=what)
+    host.set_title("Host RAM peak: training process + loader workers", fontsize=10, wrap=True)
     host.set_ylabel("MiB")
-    tallest = max((r.metrics.get(k, 0.0) / MiB for r in rows for k in ("host_ram_peak_pss_bytes",
-                                                                        "host_ram_peak_rss_bytes")), default=1.0)
+    tallest = max((r.metrics.get(k, 0.0) / MiB for r in rows for k, _ in HOST_RAM_FIGURES), default=1.0)
     host.set_ylim(0, tallest * 1.35 or 1)  # the legend sits above the tallest bar, never over it
     host.legend(fontsize=8, loc="upper left")
     on_cpu = [r.config.device == "cpu" for r in rows]

@@ -15,6 +15,7 @@ from typing import Sequence
 from suite.analysis import memory_trend
 from suite.analysis.bottleneck import CORE_BOUND, INPUT_BOUND, explanations
 from suite.analysis.compare import THROUGHPUT, Row
+from suite.analysis.host_ram_figures import HOST_RAM_FIGURES, HOST_RAM_NOTE
 from suite.analysis.published import Alignment
 from suite.config import param_text
 from suite.config.labels import LABEL_AXES
@@ -60,8 +61,9 @@ def _mib(metrics: dict[str, float], key: str) -> str:
 
 def results_table(content: ReportContent) -> Table:
     table = Table(["device", "loader", "workers", "precision", "engine", "samples/s", "95% interval",
-                   "speed-up vs workers=0 loader=cpu", "step p50 ms", "step p99 ms", "data-wait", "host PSS MiB",
-                   "host RSS MiB", "device peak MiB", "memory trend", "eval_accuracy", "runs", "host"], [])
+                   "speed-up vs workers=0 loader=cpu", "step p50 ms", "step p99 ms", "data-wait",
+                   *(f"{label} MiB" for _, label in HOST_RAM_FIGURES), "device peak MiB", "memory trend",
+                   "eval_accuracy", "runs", "host"], [])
     for row in content.rows:
         m, c = row.metrics, row.config
         speedup = content.speedups.get(row.config_id)
@@ -79,7 +81,7 @@ def results_table(content: ReportContent) -> Table:
             f"{m['step_time_p50_s'] * 1000:.0f}" if "step_time_p50_s" in m else "-",
             f"{m['step_time_p99_s'] * 1000:.0f}" if "step_time_p99_s" in m else "-",
             f"{m['data_wait_fraction']:.0%}" if "data_wait_fraction" in m else "-",
-            _mib(m, "host_ram_peak_pss_bytes"), _mib(m, "host_ram_peak_rss_bytes"), device_memory,
+            *(_mib(m, key) for key, _ in HOST_RAM_FIGURES), device_memory,
             memory_trend.describe(row.memory_trend, m),
             f"{m['eval_accuracy']:.3f}" if "eval_accuracy" in m else "-",
             str(row.runs) + (f" (+{row.unfinished_runs} unfinished)" if row.unfinished_runs else ""),
@@ -143,6 +145,7 @@ def sections(content: ReportContent) -> list[Section]:
         summary.append("Warning: the host was busy with other work while measuring "
                        + ", ".join(r.label for r in content.contended)
                        + ": those figures are not the machine's (marked BUSY and hatched).")
+    summary.append(HOST_RAM_NOTE[0].upper() + HOST_RAM_NOTE[1:] + ".")
     if any(r.config.device == "cpu" for r in rows):
         summary.append(DEVICE_MEMORY_NOTE[0].upper() + DEVICE_MEMORY_NOTE[1:] + ".")
     if content.dataset_warning:

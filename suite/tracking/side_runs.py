@@ -55,7 +55,8 @@ def log_tune(gateway: Any, run_id: str, outcome: Any, files: Sequence[Path]) -> 
         if point.status != FINISHED:
             continue
         suffix = "workers0" if point.prefetch_factor is None else f"pf{point.prefetch_factor}"
-        for name in ("throughput_samples_per_s", "host_ram_peak_pss_bytes", "data_wait_fraction"):
+        for name in ("throughput_samples_per_s", "host_ram_peak_pss_anon_bytes", "host_ram_peak_pss_bytes",
+                     "data_wait_fraction"):
             value = getattr(point, name)
             if value is not None:
                 metrics.append((f"tune.{name}.{suffix}", float(value), now_ms, point.num_workers))
