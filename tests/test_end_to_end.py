@@ -232,6 +232,31 @@ def test_failed_configuration_is_recorded_and_the_matrix_goes_on(tmp_path, test_
     assert "stand-in accelerator vanished" in run.data.tags["failure_reason"]
 
 
+def _with_default_interrupt_handling() -> None:
+    """In the child before exec: SIGINT and SIGQUIT as a terminal's Ctrl-C finds them. A test run started as a
+    background job of a script inherits them ignored (POSIX shells ignore both in background jobs), and Python then
+    installs no KeyboardInterrupt handler: the suite would be tested for what the shell chose, not for itself."""
+    for signum in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """The runner and every process under it (configuration processes run in sessions of their own): a test that
+    failed must not leave a run of 100000 steps taking a core from the tests after it."""
+    import psutil
+
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for process in tree:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait(timeout=30)
+
+
 @pytest.mark.mechanics
 @pytest.mark.parametrize("sig,exit_status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_records_the_running_configuration_as_killed(tmp_path, sig, exit_status):
@@ -239,14 +264,19 @@ def test_interrupt_records_the_running_configuration_as_killed(tmp_path, sig, ex
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "suite", "run", "--workers", "0,1", "--steps", "100000",
                              "--output", str(out), "--tracking-uri", uri, "--no-progress"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not list(out.glob("runs/*-nw0-*/run.log")):  # the first configuration's process has started
-        assert time.time() < deadline and proc.poll() is None, "the run never started"
-        time.sleep(0.2)
-    time.sleep(3)  # inside the first configuration
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_with_default_interrupt_handling)
+    try:
+        deadline = time.time() + 120
+        while not list(out.glob("runs/*-nw0-*/run.log")):  # the first configuration's process has started
+            assert time.time() < deadline and proc.poll() is None, "the run never started"
+            time.sleep(0.2)
+        time.sleep(3)  # inside the first configuration
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            _kill_tree(proc)
     assert proc.returncode == exit_status, err
     results = runs_of(out)
     assert [(r["config"]["num_workers"], r["status"]) for r in results] == [(0, "KILLED")]
