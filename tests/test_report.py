@@ -262,6 +262,33 @@ def test_reasons_with_brackets_are_shown_as_they_are(capsys):
     assert "".join(reason.split()) in shown
 
 
+def test_a_run_recorded_before_the_anonymous_figure_shows_a_dash_and_no_bar(tmp_path, monkeypatch):
+    """Folders from before ``host_ram_peak_pss_anon_bytes``: the figure is missing, never drawn or shown as 0."""
+    store = ResultsStore.create(tmp_path / "out", MatrixInfo(name="m", workload="bridgetower", command=["suite"]))
+    metrics = {k: v for k, v in _metrics(50.0).items() if k != "host_ram_peak_pss_anon_bytes"}
+    store.record(RunResult(config=BASE, status=FINISHED, run_uid="old", metrics=metrics))
+    store.finish(FINISHED, "")
+    store.release()
+    files = write_report(from_folder(tmp_path / "out", "bridgetower_hf_blog_2023"), tmp_path / "report")
+    assert "| 30% | - | 400 | 460 | 470 (host VmHWM) |" in files.markdown.read_text()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from suite.report.charts import memory_bars
+
+    captured = {}
+    real_bar = matplotlib.axes.Axes.bar
+
+    def bar(self, x, height, *args, **kwargs):
+        captured.setdefault(kwargs.get("label"), list(height))
+        return real_bar(self, x, height, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "bar", bar)
+    memory_bars(from_folder(tmp_path / "out", "bridgetower_hf_blog_2023").rows, lambda r: r.config.device)
+    anon = next(v for k, v in captured.items() if k and k.startswith("anon"))
+    assert len(anon) == 1 and anon[0] != anon[0]  # NaN: no bar, not a bar of 0 MiB
+
+
 @pytest.mark.parametrize("width", [200, 60])
 def test_the_results_table_shows_the_host_ram_figures_anon_first_and_says_what_they_are(width, monkeypatch, capsys):
     """Wide: columns; narrow: a block per run. Either way anon, PSS, RSS in that order, and the note."""

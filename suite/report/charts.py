@@ -8,6 +8,7 @@ Each chart is returned as a :class:`Chart` holding the figure as SVG (embedded i
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -124,7 +125,7 @@ def memory_bars(rows: Sequence[Any], group_of: Callable[[Any], str]) -> Chart:
     width = 0.8 / len(HOST_RAM_FIGURES)
     for n, ((key, _), what) in enumerate(zip(HOST_RAM_FIGURES, _HOST_RAM_LEGEND, strict=True)):
         host.bar([x + (n - (len(HOST_RAM_FIGURES) - 1) / 2) * width for x in xs],
-                 [r.metrics.get(key, 0.0) / MiB for r in rows], width=width, label=what)
+                 [r.metrics.get(key, math.nan) / MiB for r in rows], width=width, label=what)  # unrecorded: no bar
     host.set_title("Host RAM peak: training process + loader workers", fontsize=10, wrap=True)
     host.set_ylabel("MiB")
     tallest = max((r.metrics.get(k, 0.0) / MiB for r in rows for k, _ in HOST_RAM_FIGURES), default=1.0)
