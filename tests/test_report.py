@@ -37,7 +37,8 @@ def _metrics(throughput, busy=False):
     return {"throughput_samples_per_s": throughput, "throughput_ci95_low": throughput * 0.95,
             "throughput_ci95_high": throughput * 1.05, "step_time_p50_s": 8 / throughput,
             "step_time_p99_s": 10 / throughput, "data_wait_fraction": 0.3, "host_ram_peak_pss_bytes": 400 * MiB,
-            "host_ram_peak_pss_anon_bytes": 300 * MiB, "host_ram_peak_rss_bytes": 460 * MiB, "device_peak_memory_bytes": 470 * MiB, "eval_accuracy": 0.05,
+            "host_ram_peak_pss_anon_bytes": 300 * MiB, "host_ram_peak_rss_bytes": 460 * MiB,
+            "device_peak_memory_bytes": 470 * MiB, "eval_accuracy": 0.05,
             "contention_others_cpu_share": 0.6 if busy else 0.01, "contention_steal_share": 0.0}
 
 
