@@ -1,5 +1,6 @@
 """The architecture as the tree shows it (issue 28), checked on the source: floors that import downward only, no import
-circle, rooms of a liveable size, one MLflow home, one typed record.
+circle, one MLflow home, one typed record. A module's size follows its one idea (issue 48 dropped the caps on lines
+and members: they had started to shape the code more than the domain did).
 
 The import graph is the runtime one: every ``import`` and ``from ... import`` in a module (inside functions too),
 less those under ``if TYPE_CHECKING:`` (annotations only: nothing is imported when the code runs). ``from pkg import
@@ -22,8 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: (workloads/) lives on the interfaces floor: it sees suite's configuration, devices, decoders, meters and the
 #: workload interface, never the runner, the records or MLflow.
 FLOORS = (
-    ("foundation", ("suite.errors", "suite.text", "suite.fileio", "suite.events", "suite.imaging", "suite.registry",
-                    "suite")),
+    ("foundation", ("suite.errors", "suite.text", "suite.redact", "suite.figures", "suite.fileio", "suite.events",
+                    "suite.imaging", "suite.registry", "suite")),
     ("configuration", ("suite.config",)),
     ("interfaces", ("suite.devices", "suite.decoders", "suite.meters", "suite.workload", "workloads")),
     ("records", ("suite.results",)),
@@ -34,9 +35,6 @@ FLOORS = (
     ("report", ("suite.report",)),
     ("command line", ("suite.cli", "suite.__main__")),
 )
-MAX_MODULE_LINES = 300
-#: "About 60": the longest functions left are 61 and 62 lines (a report's figures, a folder's repair).
-MAX_FUNCTION_LINES = 65
 
 
 def _modules() -> dict[str, Path]:
@@ -138,22 +136,6 @@ def test_the_cycle_finder_finds_a_circle():  # the check above is not vacuous
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_no_module_is_over_300_lines():
-    sizes = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
-    assert {name: n for name, n in sizes.items() if n > MAX_MODULE_LINES} == {}
-
-
-def test_no_function_is_over_about_60_lines():
-    long = {}
-    for name, path in _modules().items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                lines = node.end_lineno - node.lineno + 1
-                if lines > MAX_FUNCTION_LINES:
-                    long[f"{name}.{node.name}"] = lines
-    assert long == {}
-
-
 def test_only_the_mlflow_home_imports_mlflow():
     importers = []
     for name, path in _modules().items():
@@ -170,17 +152,6 @@ def test_a_run_record_holds_a_typed_configuration():
     from suite.results.record import RunResult
 
     assert typing.get_type_hints(RunResult)["config"] is RunConfig
-
-
-def test_a_device_adapter_has_at_most_twelve_members():
-    """Lightning's size: what a device is (name, description, traits), availability, set-up, teardown,
-    synchronization and facts; numerics, training ops and memory are handed out as interfaces of their own.
-    Counted: every name the class body defines or annotates, private ones included, less dunders and ABC's own."""
-    from suite.devices.base import DeviceAdapter
-
-    members = ({n for n in vars(DeviceAdapter) if not n.startswith("__") and n != "_abc_impl"}
-               | set(DeviceAdapter.__annotations__))
-    assert len(members) <= 12, sorted(members)
 
 
 def test_what_tox_leaves_in_the_tree_is_ignored():
