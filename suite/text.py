@@ -6,14 +6,24 @@ from __future__ import annotations
 
 import re
 
-#: C0 controls but tab, DEL, C1 controls, and the bidirectional overrides that reorder what a reader sees.
-_INVISIBLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_INVISIBLE_BUT_NEWLINE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: C0 controls but tab, DEL, C1 controls, the bidirectional overrides that reorder what a reader sees, and lone
+#: surrogates (a file name's undecodable byte, as Python reads a path that is not UTF-8: it cannot be written as UTF-8).
+_INVISIBLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_INVISIBLE_BUT_NEWLINE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def utf8_text(text: str) -> str:
+    """``text`` as it can be written in UTF-8: a lone surrogate (the undecodable byte of a path that is not UTF-8,
+    ``\\udcff``) written as its escape, everything else as it is. For every sink that must be UTF-8 (MLflow, a
+    report, an exported table)."""
+    return _SURROGATE.sub(_escape, text)
 
 
 def visible(text: object, keep_newlines: bool = False) -> str:
@@ -40,6 +50,14 @@ def markdown_fence(code: str) -> str:
     code cannot close the block."""
     longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
     return "`" * max(3, longest + 1)
+
+
+def html_text(text: object, keep_newlines: bool = False) -> str:
+    """``text`` as HTML text or an attribute value: control characters and bidirectional overrides made visible
+    (a raw ESC or U+202E would reach the reader's browser: U+202E reverses the line), then ``&<>"'`` escaped."""
+    import html
+
+    return html.escape(visible(text, keep_newlines=keep_newlines))
 
 
 def plot_text(text: object) -> str:

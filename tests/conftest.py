@@ -89,6 +89,21 @@ def run_configuration_process(tmp_path, config):
     return json.loads((folder / "result.json").read_text())
 
 
+# --- a recorded matrix, shared by the tests that only read it (each copies it before changing anything) ---------
+@pytest.fixture(scope="session")
+def recorded_matrix(tmp_path_factory, isolated_cache):
+    """A real results folder of two configurations (workers 0 and 1, 4 measured steps after 1 warm-up) with its
+    report, recorded once per session into its own sqlite store. Read it, or ``shutil.copytree`` it and change the
+    copy: never change it in place."""
+    from suite.cli import main
+
+    root = tmp_path_factory.mktemp("recorded-matrix")
+    assert main(["run", "--workers", "0,1", "--steps", "4", "--warmup-steps", "1", "--no-progress", "--report",
+                 "--system-metrics-interval", "0", "--output", str(root / "matrix"),
+                 "--tracking-uri", f"sqlite:///{root}/mlflow.db"]) == 0
+    return root / "matrix"
+
+
 # --- a real MLflow tracking server (test_tracking_server.py, test_scale_out.py) ----------------------------
 MLFLOW = shutil.which("mlflow", path=os.path.dirname(sys.executable)) or "mlflow"
 
@@ -99,13 +114,20 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_mlflow_server(workdir: Path, port: int, backend_uri: str | None = None) -> subprocess.Popen:
+def start_mlflow_server(workdir: Path, port: int, backend_uri: str | None = None, admin_password: str | None = None
+                        ) -> subprocess.Popen:
     """`mlflow server` on 127.0.0.1:port (its own process group) over ``backend_uri`` (default: a sqlite file in
-    ``workdir``), artifacts served from ``workdir``; waits for /health."""
+    ``workdir``), artifacts served from ``workdir``; waits for /health. With ``admin_password``, MLflow's own
+    basic-auth app (``--app-name basic-auth``, user ``admin``): every API call without those credentials is refused."""
+    auth, env = [], dict(os.environ)
+    if admin_password is not None:
+        auth = ["--app-name", "basic-auth"]
+        env.update(MLFLOW_AUTH_ADMIN_PASSWORD=admin_password, MLFLOW_FLASK_SERVER_SECRET_KEY="suite-tests")
     proc = subprocess.Popen([MLFLOW, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
                              "--backend-store-uri", backend_uri or f"sqlite:///{workdir}/server.db",
-                             "--artifacts-destination", str(workdir / "artifacts")],
-                            cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                             "--artifacts-destination", str(workdir / "artifacts"), *auth],
+                            cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                            env=env)
     deadline = time.time() + 90
     while time.time() < deadline:
         try:

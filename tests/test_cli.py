@@ -66,7 +66,7 @@ def _write(tmp_path, name, text):
     ("m.json", '{"workers": [0, -1]}', "num_workers must be >= 0, got -1"),
     ("m.json", '{"steps": 0}', "steps must be >= 1, got 0"),
     ("m.json", '{"batch_size": -8}', "batch_size must be >= 1, got -8"),
-    ("m.json", '{"repeats": 0}', "repeats must be >= 1, got 0"),
+    ("m.json", '{"repeats": 0}', "repeats must be from 1 to 1000, got 0"),
     ("m.toml", 'precisions = ["fp8"]', "precision must be one of fp32, bf16; got 'fp8'"),
     ("m.json", '{"workers": [0,', "cannot read config file"),
 ])

@@ -543,3 +543,78 @@ def test_under_a_memory_limit_of_4_gib_every_hostile_input_is_refused_never_dies
         assert run["status"] in ("FAILED", "FINISHED"), run
         if run["status"] == "FAILED":
             assert any(refusal in run["reason"] for refusal in _REFUSALS), run["reason"]
+
+
+@pytest.mark.e2e
+@pytest.mark.mechanics
+def test_a_dataset_folder_whose_path_is_not_utf8_runs(tmp_path, dataset, capsys):
+    """Issue 46 (7): a dataset in a folder named with a byte that is not UTF-8 (a valid Linux path) ended in a
+    UnicodeEncodeError traceback. It runs, and the records show the byte escaped."""
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9-data"))
+    shutil.move(str(dataset), odd)
+    code = main(["run", "--dataset", str(odd), *QUICK, "--report", "--output", str(tmp_path / "out"),
+                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "Traceback" not in out + err
+    assert runs_of(tmp_path / "out")[0]["status"] == "FINISHED"
+    assert "caf\\udce9-data" in (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.mechanics
+@pytest.mark.parametrize("variable", ["SUITE_CACHE_DIR", "HOME"])
+def test_a_cache_that_cannot_be_written_is_one_line_before_anything_runs(tmp_path, monkeypatch, capsys, variable):
+    """Issue 46 (7): a read-only HOME or cache folder ended in a PermissionError traceback from the synthetic data's
+    generation. (/proc takes no new folder, even for root, who ignores file modes.)"""
+    monkeypatch.delenv("SUITE_CACHE_DIR", raising=False)
+    monkeypatch.setenv(variable, "/proc/suite-test-cache")
+    code = main(["run", *QUICK, "--output", str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "cannot be written" in err and "SUITE_CACHE_DIR" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.mechanics
+def test_counts_and_amounts_past_any_real_run_are_refused(capsys):
+    """Issue 46 (10): --repeats 1e9 and --loader-memory 1e-300 were accepted."""
+    with pytest.raises(SystemExit) as refused:  # argparse's own refusal: the usage line and the error
+        main(["run", "--repeats", "1000000000", "--dry-run"])
+    assert refused.value.code == 2 and "--repeats: must be <= 1000" in capsys.readouterr().err
+    assert main(["run", "--loader-memory", "1e-300", "--dry-run"]) == 2
+    assert "loader_memory_gib must be a number of GiB from 1/1024 (1 MiB)" in capsys.readouterr().err
+
+
+@pytest.mark.mechanics
+def test_the_default_evaluation_of_a_large_folder_is_bounded_and_said():
+    """Issue 46 (10): a 100,000-image folder with --steps 2 spent over 15 minutes evaluating 10,000 held-out pairs.
+    By default an evaluation scores the first DEFAULT_EVAL_LIMIT held-out pairs, and the split's description says so;
+    --eval-samples N chooses."""
+    from workloads.bridgetower.data.catalog import DEFAULT_BOUND_NOTE, DEFAULT_EVAL_LIMIT, held_out_split
+    from workloads.bridgetower.data.sources import ImageCaptionSource
+
+    class Names(ImageCaptionSource):
+        def __len__(self):
+            return 100_000
+
+        def captions(self):
+            return ["x"] * len(self)
+
+        def read_bytes(self, index):
+            raise AssertionError("the split reads no image here")
+
+        def name_of(self, index):
+            return f"{index:06d}.jpg"
+
+        def content_key(self, index):
+            return self.name_of(index)
+
+        def describe(self):
+            return {}
+
+        def fingerprint(self):
+            return {}
+
+    train, evaluated, described = held_out_split(Names(), batch_size=8)
+    assert len(evaluated) == DEFAULT_EVAL_LIMIT and len(train) == 90_000 and DEFAULT_BOUND_NOTE in described
+    _, evaluated, described = held_out_split(Names(), batch_size=8, limit=5000)
+    assert len(evaluated) == 5000 and DEFAULT_BOUND_NOTE not in described

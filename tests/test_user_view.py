@@ -48,8 +48,8 @@ def test_the_sentence_names_what_bounded_a_configuration():
             "measured_wall_s": 13.0}
     sentence = explain(2, busy, baseline={**waiting, "data_wait_fraction": 0.0})
     assert sentence.startswith("2 cores: the trainer used 1.2, the 2 workers 0.8;")
-    assert "every core was busy: the cores bounded it" in sentence
-    assert "the step's compute rose 27% against workers=0 (the workers took cores from it)" in sentence
+    assert "its own processes kept every core busy: the cores bounded it" in sentence
+    assert "the step's compute rose 27% against workers=0 (the workers took cores from it: they used 0.8)" in sentence
     idle = {**base, "host_cpu_cores_trainer": 1.0, "host_cpu_cores_loader_workers": 0.1, "data_wait_fraction": 0.0}
     assert (1.1 / 2) < CORE_BOUND and "the training step's own compute bounded it" in explain(1, idle)
     assert explain(0, {"data_wait_fraction": 0.5}) is None  # no core figures recorded: nothing said
@@ -58,4 +58,28 @@ def test_the_sentence_names_what_bounded_a_configuration():
                 "host_cpu_cores_decoder_threads": 0.8}
     sentence = explain(0, decoding)
     assert sentence.startswith("2 cores: the trainer used 1.0, its decoder threads 0.8;")
-    assert "every core was busy: the cores bounded it" in sentence
+    assert "its own processes kept every core busy: the cores bounded it" in sentence
+
+
+def test_the_sentence_never_blames_the_workers_for_other_peoples_load():
+    """Issue 46 (10) / 51 (1): with the workers at 0.018 cores and other work at 1.68, the sentence said "the step's
+    compute rose 37 % against workers=0 (the workers took cores from it)". A table where that claim is false: other
+    processes used the cores. The sentence says who took them, and no more."""
+    base = {"host_cores_available": 2.0, "measured_wall_s": 13.7, "measured_steps": 10, "data_wait_fraction": 0.0,
+            "host_cpu_cores_trainer": 0.3, "host_cpu_cores_loader_workers": 0.018, "host_cpu_cores_other": 1.68,
+            "contention_others_cpu_share": 0.84, "contention_steal_share": 0.0}
+    quiet = {**base, "measured_wall_s": 10.0, "host_cpu_cores_other": 0.0, "contention_others_cpu_share": 0.0,
+             "host_cpu_cores_trainer": 1.0}
+    sentence = explain(1, base, baseline=quiet)
+    assert "other processes used 84% of the cores" in sentence and "answers nothing about this configuration" in sentence
+    assert "workers took cores" not in sentence and "compute rose" not in sentence and "bounded it;" not in sentence
+
+
+def test_a_stopped_configuration_is_said_stopped_not_blamed_on_other_work():
+    """Issue 46 (10): a configuration stopped by SIGSTOP for part of its window was blamed on "other work"."""
+    metrics = {"host_cores_available": 2.0, "measured_wall_s": 9.0, "measured_steps": 10, "data_wait_fraction": 0.05,
+               "host_cpu_cores_trainer": 0.6, "host_cpu_cores_loader_workers": 0.0, "host_cpu_cores_other": 0.02,
+               "contention_others_cpu_share": 0.01, "contention_steal_share": 0.0, "contention_paused_share": 0.55}
+    sentence = explain(0, metrics)
+    assert "did not run for 55% of its measured window (stopped" in sentence
+    assert "other processes" not in sentence and "other work" not in sentence

@@ -4,15 +4,21 @@ the step waited for batches (a device decoder's threads inside the training proc
 own compute changed against the same configuration with
 ``workers=0`` (the workers take cores from the step when there are not enough for both).
 
-The rules, written once: a configuration is *input-bound* when it waited for batches more than
-:data:`INPUT_BOUND` of its measured time; *core-bound* when its processes and everything else kept more than
-:data:`CORE_BOUND` of the available cores busy; otherwise its own step's compute bounded it.
+The rules, written once: a window the machine did not give the configuration alone (other processes took more than
+:data:`~suite.meters.contention.OTHERS_SHARE_LIMIT` of the cores, the hypervisor stole them, or the training process
+was stopped: :func:`suite.meters.contention.is_contended`) answers nothing about the configuration, and the sentence
+says who took the machine and stops there. Otherwise a configuration is *input-bound* when it waited for batches more
+than :data:`INPUT_BOUND` of its measured time; *core-bound* when its own processes kept more than :data:`CORE_BOUND`
+of the available cores busy; otherwise its own step's compute bounded it. The step's compute rising against workers=0
+is put on the workers only when its own processes filled the cores.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Mapping, Sequence
+
+from suite.meters.contention import interference
 
 #: Share of the measured time spent waiting for batches above which the input pipeline bounded the step.
 INPUT_BOUND = 0.10
@@ -47,19 +53,24 @@ def explain(workers: int, metrics: Mapping[str, float], baseline: Mapping[str, f
     if other >= 0.05:
         used.append(f"other work {other:.1f}")
     sentence = f"{cores:g} core{'s' if cores != 1 else ''}: " + ", ".join(used)
+    taken = interference(metrics.get("contention_others_cpu_share", 0.0), metrics.get("contention_steal_share", 0.0),
+                         metrics.get("contention_paused_share", 0.0))
+    if taken:
+        return f"{sentence}; {taken}: that bounded this run, so it answers nothing about this configuration."
     wait = metrics.get("data_wait_fraction", 0.0)
-    busy = (trainer + decoders + loader + other) / cores if cores else 0.0
+    own_busy = (trainer + decoders + loader) / cores if cores else 0.0
     change = _compute_change(metrics, baseline) if workers else None
     if wait > INPUT_BOUND:
         sentence += (f"; the step waited for batches {wait:.0%} of the time: the input pipeline bounded it"
-                     + (" with every core busy" if busy > CORE_BOUND else ", with cores to spare for more workers"))
-    elif busy > CORE_BOUND:
-        sentence += "; every core was busy: the cores bounded it"
+                     + (" with every core busy" if own_busy > CORE_BOUND else ", with cores to spare for more workers"))
+    elif own_busy > CORE_BOUND:
+        sentence += "; its own processes kept every core busy: the cores bounded it"
     else:
         sentence += "; the training step's own compute bounded it"
     if change is not None and abs(change) >= COMPUTE_CHANGE_SAID:
         sentence += (f"; the step's compute {'rose' if change > 0 else 'fell'} {abs(change):.0%} against workers=0"
-                     + (" (the workers took cores from it)" if change > 0 and busy > CORE_BOUND else ""))
+                     + (f" (the workers took cores from it: they used {loader:.1f})"
+                        if change > 0 and own_busy > CORE_BOUND and loader >= 0.05 else ""))
     return sentence + "."
 
 

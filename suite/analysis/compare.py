@@ -20,7 +20,7 @@ from suite.analysis.scoring import score_values
 from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.meters.contention import is_contended
-from suite.results.record import FINISHED, RunResult, bootstrap_mean_ci
+from suite.results.record import FINISHED, RunResult, bootstrap_mean_ci, distinct_runs
 
 THROUGHPUT = "throughput_samples_per_s"
 
@@ -53,7 +53,8 @@ class Row:
         """Other work used the machine during its measured windows (see suite.meters.contention)."""
 
         return is_contended(self.metrics.get("contention_others_cpu_share", 0.0),
-                            self.metrics.get("contention_steal_share", 0.0))
+                            self.metrics.get("contention_steal_share", 0.0),
+                            self.metrics.get("contention_paused_share", 0.0))
 
     def as_dict(self) -> dict[str, Any]:
         return {"config_id": self.config_id, "label": self.label, "contended": self.contended,
@@ -109,9 +110,9 @@ def rows_of(groups: Iterable[RowGroup]) -> list[Row]:
 
 
 def rows_from_results(results: Sequence[RunResult]) -> list[Row]:
-    """One row per configuration id of a results folder's runs."""
+    """One row per configuration id of a results folder's runs, each run counted once (by its run uid)."""
     groups: dict[str, RowGroup] = {}
-    for result in results:
+    for result in distinct_runs(results)[0]:
         config = result.config
         group = groups.setdefault(config.config_id, RowGroup(config))
         if result.status != FINISHED or THROUGHPUT not in result.metrics:
@@ -121,6 +122,18 @@ def rows_from_results(results: Sequence[RunResult]) -> list[Row]:
         if result.mlflow_run_id:
             group.run_ids.append(result.mlflow_run_id)
     return rows_of(groups.values())
+
+
+def nothing_comparable(results: Sequence[RunResult], source: object, doing: str) -> SuiteError:
+    """The error when ``results`` give no row: none finished, or those that did recorded no usable throughput
+    (the reasons said)."""
+    finished = [r for r in results if r.status == FINISHED]
+    reasons = sorted({r.unusable[THROUGHPUT][1] for r in finished if THROUGHPUT in r.unusable})
+    if finished and reasons:
+        shown = "; ".join(reasons[:3]) + ("; ..." if len(reasons) > 3 else "")
+        return SuiteError(f"no configuration of {source} recorded a usable throughput ({THROUGHPUT}: {shown}): "
+                          f"nothing to {doing}")
+    return SuiteError(f"no configuration of {source} finished: nothing to {doing}")
 
 
 def pick_baseline(rows: Sequence[Row], baseline: str | None = None) -> Row:

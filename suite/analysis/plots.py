@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from suite.analysis.compare import THROUGHPUT, Row
 from suite.analysis.host_ram_figures import HOST_RAM_FIGURES
+from suite.fileio import write_bytes_atomic
 from suite.text import plot_text
 
 MiB = 2**20
@@ -48,10 +49,20 @@ def _pyplot() -> Any:
 
 
 def _save(plt: Any, fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(plt, fig, path)
     return path
+
+
+def save_figure(plt: Any, fig: Any, path: Path, dpi: int = 120) -> None:
+    """``fig`` laid out, drawn in the format of ``path``'s suffix and written as a new file renamed into place
+    (:func:`suite.fileio.write_bytes_atomic`: a link at ``path`` is replaced, never written through); closed."""
+    import io
+
+    fig.tight_layout()
+    image = io.BytesIO()
+    fig.savefig(image, format=path.suffix.lstrip(".") or "png", dpi=dpi)
+    plt.close(fig)
+    write_bytes_atomic(path, image.getvalue())
 
 
 def lines_of(rows: Sequence[Row]) -> dict[str, list[Row]]:

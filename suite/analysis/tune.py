@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from suite.analysis.equivalence import INCONCLUSIVE, PASS, ratio_test
 from suite.analysis.host_ram_figures import compared_bytes
-from suite.analysis.plots import finish_workers_axis
+from suite.analysis.plots import finish_workers_axis, save_figure
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError
 from suite.results.record import FINISHED, RunResult
@@ -150,8 +150,5 @@ def plot(outcome: TuneOutcome, path: Path, title: str) -> Path:
     finish_workers_axis(speed, "Throughput", "samples/s (measured steps)", workers, 8)
     finish_workers_axis(ram, "Host RAM peak (anonymous part of PSS, process + workers)", "MiB", workers, 8)
     fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(plt, fig, path)
     return path

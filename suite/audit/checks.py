@@ -3,6 +3,8 @@
 ``suite audit TARGET`` reads a recorded matrix (a results directory or an MLflow run id), checks its
 records, re-runs every configuration from its manifest alone, and gives a verdict per check:
 
+* ``complete``: the folder's matrix has ended (INCONCLUSIVE while it still runs, or when a runner that died left
+  it RUNNING: its records may lack runs);
 * ``config``: the configuration in the run's manifest is the one in results.json, field by field;
 * ``record``: every headline (throughput, its interval, step-time percentiles, data-wait, steps, wall time) is what
   the run's own stored per-step times and batch size give, and the manifest's facts (device, fingerprints) are
@@ -58,7 +60,7 @@ from suite.audit.verdicts import (
 )
 from suite.errors import ConfigError, SuiteError
 from suite.results.manifest import config_from_manifest
-from suite.results.record import FINISHED, RunResult
+from suite.results.record import FINISHED, RUNNING, RunResult
 from suite.results.store import ResultsStore
 from suite.run.launch import launch
 from suite.tracking.reading import matrix_records
@@ -70,6 +72,8 @@ class Recorded:
     results: list[RunResult]
     manifests: list[dict[str, Any] | None]
     scores: list[dict[str, Any]]
+    #: why the records are not a whole matrix (still running, or left RUNNING by a runner that died); "" when whole
+    incomplete: str = ""
 
 
 def load_directory(target: Path) -> Recorded:
@@ -78,7 +82,20 @@ def load_directory(target: Path) -> Recorded:
     results = store.results()
     if not results:
         raise SuiteError(f"{target / 'results.json'} lists no runs: nothing to audit")
-    return Recorded(results, [store.manifest_of(r) for r in results], store.scores())
+    read: dict[Any, dict[str, Any] | None] = {}  # each run folder's manifest read once, however many records name it
+    manifests = []
+    for result in results:
+        folder = store.run_folder(result)
+        if folder not in read:
+            read[folder] = store.manifest_of(result)
+        manifests.append(read[folder])
+    incomplete = ""
+    if store.matrix().status == RUNNING:
+        incomplete = (f"the matrix is still running (another process holds {target}): its records are incomplete; "
+                      "audit it when it has ended" if store.in_use() else
+                      f"the matrix was left RUNNING by a runner that is gone: its records may be incomplete; run "
+                      f"suite recover {target} first")
+    return Recorded(results, manifests, store.scores(), incomplete)
 
 
 def load_mlflow_run(gateway: Any, run_id: str) -> Recorded:
@@ -108,6 +125,8 @@ def _audit_records(recorded: Recorded, target: str, store: ResultsStore | None, 
                    throughput_tolerance: float, progress: Any) -> AuditReport:
 
     report = AuditReport(target=target, audited_run_ids=[r.mlflow_run_id for r in recorded.results if r.mlflow_run_id])
+    if recorded.incomplete:
+        report.checks.append(Check("matrix", "complete", INCONCLUSIVE, recorded.incomplete))
     computed: dict[tuple[Any, ...], dict[str, str]] = {}
     for result, manifest in zip(recorded.results, recorded.manifests, strict=True):
         config = result.config

@@ -4,7 +4,6 @@ results alike."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -12,7 +11,7 @@ from suite.analysis.equivalence import FAIL, INCONCLUSIVE, PASS, same_figure
 from suite.audit.verdicts import SKIP, AuditReport, Check, Record
 from suite.config import RunConfig
 from suite.errors import SuiteError
-from suite.fileio import read_record_text
+from suite.fileio import loads_bounded, read_record_text
 from suite.registry import load_workload
 from suite.results.record import FINISHED, RunResult, StepStats
 
@@ -243,7 +242,7 @@ def reference_records(data: dict[str, Any]) -> list[Record]:
 
 def audit_reference(path: Path) -> AuditReport:
     try:
-        data = json.loads(read_record_text(path))
+        data = loads_bounded(read_record_text(path), str(path))
     except (OSError, ValueError) as exc:
         raise SuiteError(f"cannot read published results {path}: {exc}") from None
     report = AuditReport(target=str(path), checks=record_checks(reference_records(data)))

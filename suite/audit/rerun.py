@@ -7,6 +7,7 @@ from typing import Any, Iterable, Sequence
 
 from suite.analysis.equivalence import FAIL, INCONCLUSIVE, PASS, ratio_test
 from suite.audit.verdicts import SKIP, WARN, Check
+from suite.meters.contention import interference
 from suite.results.environment import git_state, package_versions
 from suite.results.record import FINISHED, RunResult
 
@@ -50,8 +51,9 @@ def _contention_text(result: RunResult) -> str:
     contention = result.facts.get("contention")
     if not contention:
         return "contention not recorded"
-    return (f"other processes used {contention['others_share']:.0%} of the cores, steal {contention['steal_share']:.0%}"
-            + (" (contended)" if contention["contended"] else ""))
+    said = interference(contention.get("others_share", 0.0), contention.get("steal_share", 0.0),
+                        contention.get("paused_share", 0.0))
+    return said + " (contended)" if contention.get("contended") else (said or "a quiet machine")
 
 
 def throughput_check(subject: str, original: RunResult, rerun: RunResult, tolerance: float,

@@ -4,7 +4,6 @@ and logged to MLflow."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -13,9 +12,11 @@ from suite.audit import loaders as loader_audit
 from suite.audit.loaders import LoaderAudit
 from suite.audit.record_checks import audit_reference
 from suite.audit.verdicts import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
-from suite.cli.display import PlainProgress, RichProgress, stamp
+from suite.cli.display import PlainProgress, RichProgress, stamp, warn_unusable
 from suite.cli.tables import print_checks
 from suite.errors import ConfigError, SuiteError
+from suite.fileio import dumps_json
+from suite.redact import redact_argv
 from suite.results.files import AUDIT_FILE, MatrixInfo
 from suite.results.store import ResultsStore
 from suite.tracking.stores import normalize_uri
@@ -96,7 +97,7 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.calibrate:
         from suite.analysis.equivalence import calibrate
 
-        print(json.dumps(calibrate(pairs=args.pairs, steps=args.steps, tolerance=args.throughput_tolerance),
+        print(dumps_json(calibrate(pairs=args.pairs, steps=args.steps, tolerance=args.throughput_tolerance),
                          indent=2))
         return 0
     if args.target is None:
@@ -109,10 +110,11 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
         return report.exit_status
     gateway = MlflowGateway(args.tracking_uri)
     recorded = _load_recorded(args.target, gateway)
+    warn_unusable(recorded.results, args.target)
     workload = recorded.results[0].config.workload
     output = args.output or Path("suite-results") / f"audit-{stamp()}"
     store = ResultsStore.create(output, MatrixInfo(name=f"audit-{stamp()}", workload=workload, kind="audit",
-                                                   command=["suite", *argv],
+                                                   command=["suite", *redact_argv(argv)],
                                                    tracking_uri=normalize_uri(gateway.tracking_uri)))
     try:
         # progress bars only for what runs: --no-rerun runs nothing (its bars stayed empty)

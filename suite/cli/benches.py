@@ -4,7 +4,6 @@ beside."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -13,7 +12,7 @@ import suite.cli.options as options
 from suite.cli.display import say, wide_console
 from suite.cli.matrix_run import spec_from_args
 from suite.errors import SuiteError
-from suite.fileio import write_json_atomic
+from suite.fileio import dumps_json, write_json_atomic
 from suite.registry import load_workload
 from suite.run.matrix import resolve
 from suite.run.overhead import run_overhead
@@ -83,7 +82,7 @@ def cmd_bench_loader(args: argparse.Namespace, argv: Sequence[str]) -> int:
         progress=(lambda message: None) if args.json else (lambda message: print(f"  {message}", file=sys.stderr)))
     _write_figures(args.output, "bench-loader.json", figures)
     if args.json:
-        print(json.dumps(figures, indent=2))
+        print(dumps_json(figures, indent=2))
         return 0
     from rich.table import Table
 
@@ -122,7 +121,7 @@ def cmd_bench_overhead(args: argparse.Namespace, argv: Sequence[str]) -> int:
                            else (lambda message: print(f"  {message}", file=sys.stderr)))
     _write_figures(args.output, "bench-overhead.json", figures)
     if args.json:
-        print(json.dumps(figures, indent=2))
+        print(dumps_json(figures, indent=2))
         return 0
     sampler = figures["ram_sampler"]
     low, high = figures["overhead_ci95"]

@@ -6,12 +6,14 @@ import shutil
 import sys
 import textwrap
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from suite.analysis.summary import summary_line
 from suite.config import RunConfig
-from suite.results.record import RunResult
+from suite.redact import redact_text
+from suite.results.record import RunResult, distinct_runs, unusable_notes
 from suite.run.estimate import format_duration
+from suite.text import visible
 
 MiB = 2**20
 
@@ -232,5 +234,28 @@ def wrapped(text: str, indent: str = "", width: int | None = None) -> str:
 
 
 def say(text: str, file: Any = None) -> None:
-    """Print ``text`` wrapped to the terminal's width (see :func:`wrapped`)."""
-    print(wrapped(text), file=file or sys.stdout, flush=True)
+    """Print ``text`` wrapped to the terminal's width (see :func:`wrapped`); a credential that reached it (an
+    error from a database driver quoting its URL) redacted, the last guard of :mod:`suite.redact`."""
+    print(wrapped(redact_text(text)), file=file or sys.stdout, flush=True)
+
+
+#: Lines a warning about unusable figures shows before counting the rest.
+UNUSABLE_SHOWN = 5
+
+
+def warn_unusable(results: Sequence[RunResult], source: object) -> None:
+    """Warnings on ``source``'s records: a run listed more than once (counted once), and the figures shown as "-"
+    because their recorded values cannot be theirs (:func:`suite.results.record.unusable_notes`: the first
+    :data:`UNUSABLE_SHOWN` runs, then a count)."""
+    repeated = distinct_runs(results)[1]
+    if repeated:
+        say(f"suite: warning: {visible(source)} lists {len(repeated)} run(s) more than once (run uid "
+            f"{visible(', '.join(repeated[:3]))}{', ...' if len(repeated) > 3 else ''}): each is counted once",
+            file=sys.stderr)
+    notes = unusable_notes(results)
+    if not notes:
+        return
+    lines = notes[:UNUSABLE_SHOWN] + ([f"and {len(notes) - UNUSABLE_SHOWN} more run(s)"]
+                                      if len(notes) > UNUSABLE_SHOWN else [])
+    say(f"suite: warning: {visible(source)}: figures recorded with values they cannot take, shown as \"-\" and never "
+        "computed with: " + visible(" | ".join(lines)), file=sys.stderr)

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import suite.cli.options as options
 from suite.analysis.export import row_of_result, write_tables
-from suite.cli.display import say, stamp
+from suite.cli.display import say, stamp, warn_unusable
 from suite.errors import SuiteError
 from suite.results.store import ResultsStore
 
@@ -33,7 +33,9 @@ def cmd_export(args: argparse.Namespace, argv: Sequence[str]) -> int:
         raise SuiteError("give results folders and/or --experiment NAME: nothing to export")
     rows = []
     for folder in args.folders:
-        rows += [row_of_result(result, str(folder)) for result in ResultsStore(folder).results()]
+        results = ResultsStore(folder).results()
+        warn_unusable(results, folder / "results.json")
+        rows += [row_of_result(result, str(folder)) for result in results]
     if args.experiments:
         from suite.tracking.mlflow_gateway import MlflowGateway
         from suite.tracking.reading import run_rows

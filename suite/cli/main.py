@@ -10,6 +10,7 @@ from typing import Sequence
 
 from suite.cli import audit, benches, export, inspect, measure, mlperf, records, score
 from suite.errors import SuiteError
+from suite.redact import redact_text
 from suite.text import visible
 
 DESCRIPTION = """`suite run` with no arguments runs the default CPU matrix (tiny BridgeTower preset, synthetic
@@ -81,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args, argv)
     except SuiteError as exc:
-        print(f"suite: error: {visible(exc)}", file=sys.stderr)
+        print(f"suite: error: {visible(redact_text(str(exc)))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         print("suite: interrupted" + ("; every ended configuration and the interrupted one are in results.json and "

@@ -17,7 +17,9 @@ from suite.cli.tables import print_results_table, print_scores_table
 from suite.config import MatrixSpec, RunConfig, param_text
 from suite.devices.probe import probe
 from suite.errors import ConfigError, SuiteError
+from suite.fileio import check_cache_writable
 from suite.meters.setup import process_started_at
+from suite.redact import redact_argv, redact_uri
 from suite.registry import load_workload
 from suite.results.environment import git_state, host_facts, package_versions
 from suite.results.files import MatrixInfo
@@ -76,7 +78,7 @@ def _say_outcome(outcome: Any, store: ResultsStore, recorder: Any, tracking_uri:
         where["report"] = str(written)
     for error in outcome.recorder_errors:
         say(f"suite: error: {error}\nsuite: the results folder holds every run; record them into MLflow with: "
-              f"suite upload {output} --tracking-uri {tracking_uri}", file=sys.stderr)
+              f"suite upload {output} --tracking-uri {redact_uri(tracking_uri)}", file=sys.stderr)
     if outcome.recording_error is not None:
         kept = (f"{len(outcome.results)} run(s) kept in {outcome.rescue_file}; after freeing space: "
                 f"suite recover {output} --from {outcome.rescue_file}") if outcome.rescue_file else \
@@ -92,6 +94,7 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
     """Run ``configs`` (default: the matrix of ``spec``) into a new results folder and MLflow; print tables.
     Everything is validated before the folder is created; the folder stays locked in the returned run."""
     started_at = getattr(args, "started_at", None) or process_started_at()
+    check_cache_writable()
     workload_cls, resolved = resolve(spec)
     if configs is not None:  # same resolution (batch size from the preset) for a hand-made list
         resolved = [dataclasses.replace(c, batch_size=resolved[0].batch_size) for c in configs]
@@ -167,11 +170,11 @@ def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunCon
     name = (f"{spec.workload}-{spec.preset}-{when}" if kind == "matrix" else f"{kind}-{spec.workload}-{when}") + node
     if spec.nnodes > 1:
         tags["suite.node_rank"] = str(args.node_rank)
-    info = MatrixInfo(name=name, workload=spec.workload, command=["suite", *argv], kind=kind,
+    info = MatrixInfo(name=name, workload=spec.workload, command=["suite", *redact_argv(argv)], kind=kind,
                       repeats=getattr(args, "repeats", 1),
                       memory_limit_bytes=int(memory_limit * 2**30) if memory_limit else None,
                       experiment=args.experiment, tags=tags, params={k: param_text(v) for k, v in params.items()},
-                      tracking_uri=normalize_uri(tracking_uri), matrix_id=getattr(args, "matrix_id", None),
+                      tracking_uri=redact_uri(normalize_uri(tracking_uri)), matrix_id=getattr(args, "matrix_id", None),
                       shard="{}/{}".format(*args.shard) if getattr(args, "shard", None) else None,
                       started_at=started_at)
     return ResultsStore.create(output, info)
@@ -249,8 +252,13 @@ def dry_run(spec: MatrixSpec, args: argparse.Namespace, configs: Sequence[RunCon
     repeats = getattr(args, "repeats", 1)
     tracking_uri = args.tracking_uri or default_tracking_uri()
     output = args.output or Path("suite-results") / "<time of the run>"
-    history = _history(tracking_uri, configs, repeats)
-    store_note = "" if history is not None else " (its history could not be read: no estimate)"
+    try:
+        check_reachable(tracking_uri)
+    except SuiteError as exc:  # said below, as suite run would say it; no history to read
+        history, store_note = None, f" (suite run would refuse it: {exc})"
+    else:
+        history = _history(tracking_uri, configs, repeats)
+        store_note = "" if history is not None else " (its history could not be read: no estimate)"
     history = history or estimate(configs, {}, repeats)
     shard = f" (shard {args.shard[0]}/{args.shard[1]} of matrix {args.matrix_id})" if args.shard else ""
     print(f"dry run of {len(configs)} configuration(s){shard} x {repeats} repeat(s) of {spec.workload}/{spec.preset}, "
@@ -268,7 +276,7 @@ def dry_run(spec: MatrixSpec, args: argparse.Namespace, configs: Sequence[RunCon
         print(f"suite run would refuse this matrix: device(s) {', '.join(unavailable)} not available here")
     database = sqlite_path(tracking_uri)
     print(f"output: {output}" + (" (exists: suite run would refuse it)" if args.output and output.exists() else ""))
-    print(f"store: {tracking_uri}" + (" (not there yet: suite run creates it)" if database is not None
+    print(f"store: {redact_uri(tracking_uri)}" + (" (not there yet: suite run creates it)" if database is not None
                                       and not database.is_file() else "") + store_note)
     print(f"estimated duration: {history.total_text()}")
     return 0

@@ -15,6 +15,7 @@ from suite.cli.matrix_run import _exit_status, _matrix_size, _shard_and_matrix_i
 from suite.cli.tables import print_tune_table
 from suite.config import TOKENIZER_MODES
 from suite.config.labels import FILE_RUN_OPTIONS, load_config_file
+from suite.config.settings import MAX_REPEATS
 
 
 # --- parsers ---------------------------------------------------------------------------------------
@@ -79,7 +80,7 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
     """What each configuration runs with, and what the matrix does around it."""
     run.add_argument("--prefetch-factor", type=options.int_at_least(1), default=None,
                      help="batches each loader worker prepares ahead (default: torch's, 2); see `suite tune`")
-    run.add_argument("--repeats", type=options.int_at_least(1), default=1,
+    run.add_argument("--repeats", type=options.int_at_least(1, MAX_REPEATS), default=1,
                      help="run each configuration N times, each in a fresh process, and score it the MLPerf way "
                           "(drop the highest and lowest throughput, mean of the rest; spread as CV) (default: 1)")
     run.add_argument("--memory-limit", type=options.positive_float, default=None, metavar="GIB",

@@ -86,7 +86,8 @@ def shard(text: str) -> tuple[int, int]:
     return parsed
 
 
-def int_at_least(minimum: int) -> Callable[[str], int]:
+def int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An integer ``>= minimum`` (and ``<= maximum`` where given)."""
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -94,6 +95,8 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {value}")
         return value
     return parse
 

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 import suite.cli.options as options
-from suite.analysis.compare import ResultSet, label_sets, rows_from_results, speedups
+from suite.analysis.compare import ResultSet, label_sets, nothing_comparable, rows_from_results, speedups
 from suite.analysis.plots import plot
 from suite.analysis.published import load_reference, measured_table, reference_table
-from suite.cli.display import stamp, wide_console
+from suite.cli.display import stamp, warn_unusable, wide_console
 from suite.cli.options import looks_like_run_id
 from suite.cli.tables import print_compare_table
 from suite.errors import SuiteError
+from suite.fileio import dumps_json
 from suite.results.record import dataset_warning, differing_datasets
 from suite.results.store import ResultsStore
 from suite.text import visible
@@ -113,6 +113,7 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
     target = Path(args.target)
     if target.is_dir():
         content = from_folder(target, reference, args.audit)
+        warn_unusable(content.results, target / "results.json")
         folder = args.output or target
     elif "/" in args.target or target.suffix:
         raise SuiteError(f"no such results folder: {args.target}")
@@ -161,7 +162,7 @@ def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     base, ratios = speedups(rows, args.baseline) if rows else (None, [])
     if args.json:
         baseline_id = base.config_id if base is not None else None
-        print(json.dumps([{**row.as_dict(), "speedup": ratio, "baseline": baseline_id}
+        print(dumps_json([{**row.as_dict(), "speedup": ratio, "baseline": baseline_id}
                           for row, ratio in zip(rows, ratios, strict=True)], indent=2))
     elif rows:
         print_compare_table(rows, base, ratios)
@@ -205,9 +206,10 @@ def _folder_set(folder: Path) -> ResultSet:
     changed = dataset_warning(differing_datasets(results))
     if changed:
         print(f"suite: warning: {visible(changed)}", file=sys.stderr)
+    warn_unusable(results, folder / "results.json")
     rows = rows_from_results(results)
     if not rows:
-        raise SuiteError(f"no configuration of {folder} finished: nothing to compare")
+        raise nothing_comparable(results, folder, "compare")
     matrix = store.matrix()
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime(matrix.started_at))
     return ResultSet(folder.name or str(folder), {"started": started, "host": matrix.host,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
@@ -19,11 +19,12 @@ from suite.analysis.time_to_train import (
     score_runs,
     scoring_key,
 )
-from suite.cli.display import say
+from suite.cli.display import say, warn_unusable
 from suite.cli.options import looks_like_run_id
 from suite.errors import SuiteError
+from suite.fileio import dumps_json
 from suite.results.mlperf_log import RunInterval, interval_or_reason
-from suite.results.record import RunResult
+from suite.results.record import RunResult, distinct_runs
 from suite.results.store import ResultsStore
 from suite.text import visible
 
@@ -60,7 +61,9 @@ def _entries(args: argparse.Namespace) -> list[Entry]:
     for target in args.results:
         if Path(target).is_dir():
             store = ResultsStore(Path(target))
-            for result in store.results():
+            results = store.results()
+            warn_unusable(results, Path(target) / "results.json")
+            for result in results:
                 interval = interval_or_reason(store.mlperf_log_of(result), "no run folder")
                 entries.append((result, store.manifest_of(result), interval, f"{target} {result.config.config_id}"))
         elif looks_like_run_id(target):
@@ -81,8 +84,19 @@ def _transformers(entries: Sequence[Entry]) -> str | None:
     return versions.pop() if len(versions) == 1 else None
 
 
+def _distinct(entries: list[Entry]) -> list[Entry]:
+    """Each run once, however many times its record is given (the same folder twice, a copy of it): a run scored
+    twice would weigh twice in the score."""
+    kept, repeated = distinct_runs([result for result, _, _, _ in entries])
+    if repeated:
+        say(f"suite: warning: {len(repeated)} run(s) given more than once (run uid {', '.join(repeated[:3])}"
+            f"{', ...' if len(repeated) > 3 else ''}): each is scored once", file=sys.stderr)
+    chosen = {id(result) for result in kept}
+    return [entry for entry in entries if id(entry[0]) in chosen]
+
+
 def cmd_score(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    entries = _entries(args)
+    entries = _distinct(_entries(args))
     timed = [e for e in entries if e[0].config.target_quality is not None]
     if not timed:
         raise SuiteError(f"none of the {len(entries)} run(s) is a time-to-train run (one with --target-quality): "
@@ -99,8 +113,7 @@ def cmd_score(args: argparse.Namespace, argv: Sequence[str]) -> int:
         scores.append((config, score_runs(runs, rcp if isinstance(rcp, Rcp) else None,
                                           rcp if isinstance(rcp, str) else "")))
     if args.json:
-        print(json.dumps([{"config": config.to_dict(), **asdict(score)} for config, score in scores], indent=2,
-                         default=str))
+        print(dumps_json([{"config": config.to_dict(), **asdict(score)} for config, score in scores], indent=2))
     else:
         for config, score in scores:
             _print_score(config.describe(), score, len(entries) - len(timed))

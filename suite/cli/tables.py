@@ -11,6 +11,7 @@ from suite.analysis.host_ram_figures import HOST_RAM_FIGURES, HOST_RAM_NOTE
 from suite.analysis.scoring import ConfigScore
 from suite.cli.display import MiB, narrow, say, wide_console, wrapped
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
+from suite.meters.contention import interference
 from suite.results.record import FINISHED, RunResult
 from suite.text import visible
 
@@ -98,11 +99,15 @@ def _print_results_notes(results: Sequence[RunResult]) -> None:
             print(wrapped(f"{visible(result.config.describe())}: {text}", indent="  "))
     busy = [r for r in results if r.status == FINISHED and (r.facts.get("contention") or {}).get("contended")]
     if busy:
-        shares = ", ".join(f"{_plain(r.config.describe())} (others used "
-                           f"{r.facts['contention'].get('others_share', 0):.0%} of the cores)" for r in busy)
-        say(f"suite: warning: measured while other work used the machine: {visible(shares)}. Those figures are "
-              "not the machine's, and an audit gives them no verdict: measure again on a quiet machine, or with "
-              "--repeats N to see the spread.", file=sys.stderr)
+        shares = ", ".join(f"{_plain(r.config.describe())} ({_interference(r.metrics)})" for r in busy)
+        say(f"suite: warning: measured while the machine was not the configuration's alone: {visible(shares)}. "
+            "Those figures are not the machine's, and an audit gives them no verdict: measure again on a quiet "
+            "machine, or with --repeats N to see the spread.", file=sys.stderr)
+
+
+def _interference(metrics: dict[str, float]) -> str:
+    return interference(metrics.get("contention_others_cpu_share", 0.0), metrics.get("contention_steal_share", 0.0),
+                        metrics.get("contention_paused_share", 0.0)) or "contended"
 
 
 def print_scores_table(scores: Sequence[ConfigScore]) -> None:
@@ -121,14 +126,34 @@ def print_scores_table(scores: Sequence[ConfigScore]) -> None:
     wide_console().print(table)
 
 
+#: Checks shown one per line before the terminal's table keeps only those that are not PASS (audit.json has all).
+CHECKS_SHOWN = 60
+
+
 def print_checks(report: Any) -> None:
+    """The audit's checks as a table, then its verdict and counts. Past :data:`CHECKS_SHOWN` checks (a matrix of
+    thousands of runs), the PASS ones are counted per check instead of listed, and at most that many others are
+    listed: the terminal gets a bounded table, ``audit.json`` every check."""
     from rich.table import Table
 
     colours = {"PASS": "green", "FAIL": "red", "INCONCLUSIVE": "magenta", "WARN": "yellow", "SKIP": "dim"}
     table = Table(title=f"audit of {report.target}")
     for column in ("subject", "check", "verdict", "detail"):
         table.add_column(column, overflow="fold")
-    for c in report.checks:
+    checks = report.checks
+    if len(checks) > CHECKS_SHOWN:
+        passed: dict[str, int] = {}
+        for c in checks:
+            if c.verdict == "PASS":
+                passed[c.name] = passed.get(c.name, 0) + 1
+        others = [c for c in checks if c.verdict != "PASS"]
+        for name, count in passed.items():
+            table.add_row(f"{count} subjects", _plain(name), f"[{colours['PASS']}]PASS[/]",
+                          "each as listed in audit.json")
+        checks = others[:CHECKS_SHOWN]
+        if len(others) > CHECKS_SHOWN:
+            table.caption = f"and {len(others) - CHECKS_SHOWN} more checks that did not pass: see audit.json"
+    for c in checks:
         table.add_row(_plain(c.subject), _plain(c.name), f"[{colours[c.verdict]}]{c.verdict}[/]", _plain(c.detail))
     wide_console().print(table)
     counts = ", ".join(f"{sum(c.verdict == v for c in report.checks)} {v}" for v in colours

@@ -3,14 +3,15 @@ that ``suite run --config`` reads."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import fields
 from typing import Any, Sequence
 
 from suite.config.matrix import MatrixSpec
 from suite.config.run import RunConfig, param_text
+from suite.config.settings import MAX_REPEATS
 from suite.errors import ConfigError
+from suite.fileio import loads_bounded, read_regular_file
 
 #: The axes a person reads a configuration by, as (name shown, field), in the order shown.
 LABEL_AXES = (("device", "device"), ("workers", "num_workers"), ("loader", "loader"), ("precision", "precision"),
@@ -40,6 +41,10 @@ FILE_RUN_OPTIONS: dict[str, type | tuple[type, ...]] = {"repeats": int, "memory_
                                                         "experiment": str}
 
 
+#: The largest config file read: a matrix's fields take a few hundred bytes.
+CONFIG_MAX_BYTES = 2**20
+
+
 def load_config_file(path: "str | os.PathLike[str]") -> dict[str, Any]:
     """A config file's fields (JSON, or TOML by suffix): :class:`MatrixSpec` fields and
     :data:`FILE_RUN_OPTIONS`. Unknown fields and wrongly typed settings raise :class:`ConfigError` naming them;
@@ -50,14 +55,17 @@ def load_config_file(path: "str | os.PathLike[str]") -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file does not exist: {path}")
     try:
+        text = read_regular_file(path, CONFIG_MAX_BYTES, "config file").decode("utf-8")
         if path.suffix == ".toml":
             import tomllib
 
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(text)
         else:
-            data = json.loads(path.read_text())
+            data = loads_bounded(text, f"config file {path}", CONFIG_MAX_BYTES * 64)
+    except RecursionError:
+        raise ConfigError(f"cannot read config file {path}: nested too deeply") from None
     except (ValueError, ImportError, OSError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table/object of fields")
     spec_fields = {f.name for f in fields(MatrixSpec)}
@@ -68,8 +76,8 @@ def load_config_file(path: "str | os.PathLike[str]") -> dict[str, Any]:
     for name, kind in FILE_RUN_OPTIONS.items():
         if name in data and (isinstance(data[name], bool) or not isinstance(data[name], kind)):
             raise ConfigError(f"{path}: {name} must be a {getattr(kind, '__name__', 'number')}, got {data[name]!r}")
-    if data.get("repeats", 1) < 1:
-        raise ConfigError(f"{path}: repeats must be >= 1, got {data['repeats']}")
+    if not 1 <= data.get("repeats", 1) <= MAX_REPEATS:
+        raise ConfigError(f"{path}: repeats must be from 1 to {MAX_REPEATS}, got {data['repeats']}")
     if "memory_limit" in data and not data["memory_limit"] > 0:
         raise ConfigError(f"{path}: memory_limit must be > 0 (GiB), got {data['memory_limit']}")
     return data

@@ -19,18 +19,20 @@ from suite.config.settings import (
     _require_name,
 )
 from suite.errors import ConfigError
+from suite.text import utf8_text
 
 
 def param_text(value: Any) -> str:
     """How a value is written as an MLflow param or tag: ``None`` is ``default``, booleans ``true``/``false``,
-    sequences comma-separated (``0,1,2``), everything else ``str``. One spelling for every writer."""
+    sequences comma-separated (``0,1,2``), everything else ``str`` (a path that is not UTF-8 with its undecodable
+    bytes escaped: :func:`suite.text.utf8_text`). One spelling for every writer."""
     if value is None:
         return "default"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
         return ",".join(param_text(v) for v in value)
-    return str(value)
+    return utf8_text(str(value))
 
 
 def _from_param_text(name: str, text: str, annotation: str) -> Any:

@@ -47,6 +47,10 @@ MAX_SEED = 2**63 - 1
 MAX_SECONDS = 1e9
 #: The largest memory amount in GiB a configuration may name (1 PiB).
 MAX_GIB = 2.0**20
+#: The smallest loader memory in GiB (1 MiB): below it no image of any size can be decoded.
+MIN_LOADER_MEMORY_GIB = 2.0**-10
+#: The most repeats of a matrix (MLPerf asks for 5 to 10 runs of a benchmark).
+MAX_REPEATS = 1000
 
 
 def _require_int(name: str, value: Any, minimum: int, maximum: int = MAX_COUNT) -> None:
@@ -135,9 +139,9 @@ class RunSettings:
                 _require_int(name, getattr(self, name), 1, 2**48)
         if self.loader_memory_gib is not None and (
                 isinstance(self.loader_memory_gib, bool) or not isinstance(self.loader_memory_gib, (int, float))
-                or not 0 < self.loader_memory_gib <= MAX_GIB):
-            raise ConfigError(f"loader_memory_gib must be a number of GiB in (0, {MAX_GIB:g}], got "
-                              f"{self.loader_memory_gib!r}")
+                or not MIN_LOADER_MEMORY_GIB <= self.loader_memory_gib <= MAX_GIB):
+            raise ConfigError(f"loader_memory_gib must be a number of GiB from 1/1024 (1 MiB) to {MAX_GIB:.0f} "
+                              f"(1 PiB), got {self.loader_memory_gib!r}")
         if not isinstance(self.allow_outside_links, bool):
             raise ConfigError(f"allow_outside_links must be true or false, got {self.allow_outside_links!r}")
         if self.eval_every is not None:

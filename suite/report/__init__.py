@@ -12,6 +12,7 @@ from pathlib import Path
 
 from suite.analysis.compare import THROUGHPUT
 from suite.errors import SuiteError
+from suite.fileio import write_bytes_atomic, write_text_atomic
 from suite.report.content import ReportContent
 from suite.text import markdown_literal
 
@@ -28,7 +29,8 @@ class ReportFiles:
 
 
 def write_report(content: ReportContent, folder: Path) -> ReportFiles:
-    """Write report.html, report.md and the Markdown's PNG charts (``report-<chart>.png``) into ``folder``."""
+    """Write report.html, report.md and the Markdown's PNG charts (``report-<chart>.png``) into ``folder``, each made
+    new and renamed into place (a link in the folder is replaced, never written through)."""
     from suite.report.render import sections, to_html, to_markdown
 
     if folder.exists() and not folder.is_dir():
@@ -39,11 +41,11 @@ def write_report(content: ReportContent, folder: Path) -> ReportFiles:
         images = []
         for chart in (c for s in parts for c in s.charts):
             image = folder / f"report-{chart.name}.png"
-            image.write_bytes(chart.png)
+            write_bytes_atomic(image, chart.png)
             images.append(image)
         html_file, markdown_file = folder / HTML_NAME, folder / MARKDOWN_NAME
-        html_file.write_text(to_html(content, parts), encoding="utf-8")
-        markdown_file.write_text(to_markdown(content, parts, image_prefix="report-"), encoding="utf-8")
+        write_text_atomic(html_file, to_html(content, parts))
+        write_text_atomic(markdown_file, to_markdown(content, parts, image_prefix="report-"))
     except OSError as exc:
         raise SuiteError(f"cannot write the report into {folder}: {exc.strerror or exc}") from None
     return ReportFiles(html_file, markdown_file, images)

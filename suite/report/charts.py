@@ -57,6 +57,13 @@ def _finish(plt: Any, fig: Any, name: str, title: str) -> Chart:
     return Chart(name, title, svg.getvalue(), png.getvalue())
 
 
+def _holds(bar: Bar) -> bool:
+    """Whether the bar's interval holds its value (up to rounding: 20,000 equal runs give an interval a last bit
+    off their score); an interval that does not is not drawn."""
+    slack = 1e-9 * abs(bar.value)
+    return (bar.low or 0.0) <= bar.value + slack and bar.value - slack <= (bar.high or 0.0)
+
+
 def worker_ticks(members: Sequence[Bar]) -> list[str]:
     """A group's tick labels: the worker count, and the loader too where the group has several (Gaudi2's cpu and
     device bars at workers 2 read "2 cpu" and "2 device", not "2 2")."""
@@ -81,9 +88,9 @@ def grouped_bars(name: str, title: str, bars: Sequence[Bar], ylabel: str,
             colour = LOADER_COLOURS.get(bar.loader, "#8172b3")
             ax.bar(x, bar.value, width=0.8, color=colour, hatch="//" if bar.flagged else None,
                    edgecolor="black" if bar.flagged else colour)
-            if bar.low is not None and bar.high is not None:
-                ax.errorbar(x, bar.value, yerr=[[bar.value - bar.low], [bar.high - bar.value]], color="black",
-                            capsize=3, linewidth=1)
+            if bar.low is not None and bar.high is not None and _holds(bar):
+                ax.errorbar(x, bar.value, yerr=[[max(0.0, bar.value - bar.low)], [max(0.0, bar.high - bar.value)]],
+                            color="black", capsize=3, linewidth=1)
             top = max(bar.value, bar.high or bar.value)  # above the interval, not under its whisker
             ax.text(x, top, value_text(bar.value), ha="center", va="bottom", fontsize=8)
             ticks.append(x)

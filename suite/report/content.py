@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from suite.analysis.compare import THROUGHPUT, Row, rows_from_results
+from suite.analysis.compare import THROUGHPUT, Row, nothing_comparable, rows_from_results
 from suite.analysis.published import Alignment, align, load_reference, measured_table, reference_table
 from suite.errors import SuiteError
+from suite.redact import redact_argv
 from suite.results.files import AUDIT_FILE, read_audit_checks
-from suite.results.record import FINISHED, dataset_warning, differing_datasets
+from suite.results.record import FINISHED, RunResult, dataset_warning, differing_datasets
 from suite.results.store import ResultsStore
 from suite.tracking.reading import matrix_run_view
 
@@ -56,6 +57,7 @@ class ReportContent:
     audit: list[AuditCheck] = field(default_factory=list)
     unfinished: list[str] = field(default_factory=list)  # "label: STATUS: reason"
     dataset_warning: str = ""  # the runs did not all read the same data (records.results.dataset_warning)
+    results: list[RunResult] = field(default_factory=list)  # the runs of a results folder (none from MLflow)
     generated_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M:%S %Z"))
 
     @property
@@ -131,7 +133,7 @@ def from_folder(folder: Path, reference: str | None, audits: Sequence[Path] = ()
     results = store.results()
     rows = rows_from_results(results)
     if not rows:
-        raise SuiteError(f"no configuration of {folder} finished: nothing to report")
+        raise nothing_comparable(results, folder, "report")
     fingerprints: dict[str, str] = {}
     for result in results:
         manifest = store.manifest_of(result) or {}
@@ -142,6 +144,7 @@ def from_folder(folder: Path, reference: str | None, audits: Sequence[Path] = ()
                        reference)
     content.unfinished = [f"{r.config.describe()}: {r.status}: {r.reason}" for r in results
                           if r.status != FINISHED]
+    content.results = results
     content.dataset_warning = dataset_warning(differing_datasets(results))
     for audit in [*audits, *([folder / AUDIT_FILE] if (folder / AUDIT_FILE).is_file() else [])]:
         content.audit += read_audit(audit)
@@ -187,6 +190,6 @@ def _content(rows: list[Row], source: str, status: str, reason: str | None, comm
                 and v != "absent"}
     content = ReportContent(title=f"{first.workload}/{first.preset} on {devices}", source=source, rows=rows,
                             speedups=baseline_speedups(rows), status=status, reason=reason,
-                            command=shlex.join(list(command)), provenance=provenance, versions=versions)
+                            command=shlex.join(redact_argv(command)), provenance=provenance, versions=versions)
     _alignment(rows, reference, content)
     return content

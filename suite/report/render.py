@@ -8,7 +8,6 @@ written beside it.
 from __future__ import annotations
 
 import base64
-import html
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -22,7 +21,7 @@ from suite.config.labels import LABEL_AXES
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.report.charts import Bar, Chart, grouped_bars, memory_bars
 from suite.report.content import ReportContent
-from suite.text import markdown_fence, markdown_literal, visible
+from suite.text import html_text, markdown_fence, markdown_literal, visible
 
 MiB = 2**20
 
@@ -238,35 +237,35 @@ p.warning { color: #a33; }
 
 
 def _html_table(table: Table) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in table.headers)
+    head = "".join(f"<th>{html_text(h)}</th>" for h in table.headers)
     body = []
     for index, cells in enumerate(table.rows):
         attrs = ""
         if index < len(table.row_ids):
-            attrs = f' data-config-id="{html.escape(table.row_ids[index])}"'
+            attrs = f' data-config-id="{html_text(table.row_ids[index])}"'
             if cells and cells[-1] == "BUSY":
                 attrs += ' class="busy"'
-        body.append(f"<tr{attrs}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+        body.append(f"<tr{attrs}>" + "".join(f"<td>{html_text(c)}</td>" for c in cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def to_html(content: ReportContent, parts: Sequence[Section]) -> str:
     """One self-contained page: CSS inline, charts as SVG data URIs, no script, nothing fetched."""
-    body = [f"<h1>{html.escape(content.title)}</h1>"]
+    body = [f"<h1>{html_text(content.title)}</h1>"]
     for section in parts:
-        body.append(f"<h2>{html.escape(section.heading)}</h2>")
+        body.append(f"<h2>{html_text(section.heading)}</h2>")
         for text in section.paragraphs:
             css = ' class="warning"' if text.startswith("Warning:") else ""
-            body.append(f"<p{css}>{html.escape(text)}</p>")
+            body.append(f"<p{css}>{html_text(text)}</p>")
         for chart in section.charts:
             data = base64.b64encode(chart.svg.encode()).decode()
-            body.append(f'<img class="chart" alt="{html.escape(chart.title)}" data-chart="{chart.name}" '
+            body.append(f'<img class="chart" alt="{html_text(chart.title)}" data-chart="{chart.name}" '
                         f'src="data:image/svg+xml;base64,{data}">')
         body += [_html_table(t) for t in section.tables]
         if section.code:
-            body.append(f"<pre>{html.escape(section.code)}</pre>")
+            body.append(f"<pre>{html_text(section.code, keep_newlines=True)}</pre>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{html.escape(content.title)}</title><style>{_CSS}</style></head>\n<body>\n"
+            f"<title>{html_text(content.title)}</title><style>{_CSS}</style></head>\n<body>\n"
             + "\n".join(body) + "\n</body></html>\n")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from suite.devices.cpu import cpu_model_name
+from suite.redact import redact_environment
 
 #: Distributions whose versions are recorded with every run (absent ones are recorded as absent).
 TRACKED_DISTRIBUTIONS = (
@@ -60,9 +61,6 @@ def git_state() -> dict[str, Any]:
 
 
 def host_facts() -> dict[str, Any]:
-    import os
-
-
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -87,11 +85,14 @@ VERSION_FACTS = ("driver_version", "cuda_runtime", "cudnn", "nccl", "compute_cap
 def accelerator_environment(device_info: Mapping[str, Any], environ: Mapping[str, str] | None = None
                             ) -> dict[str, Any]:
     """What in the environment changes an accelerator's results: every variable of
-    :data:`ACCELERATOR_VARIABLE_PREFIXES` set for the run, the visible devices, and the driver, runtime and firmware
-    versions the adapter read (``device_info``). Recorded in the manifest and as one MLflow JSON artifact."""
+    :data:`ACCELERATOR_VARIABLE_PREFIXES` set for the run (one whose name looks like a credential, such as
+    ``NVIDIA_API_KEY`` or ``NCCL_IB_AUTH_TOKEN``, recorded as set without its value:
+    :func:`suite.redact.redact_environment`), the visible devices, and the driver, runtime and firmware versions the
+    adapter read (``device_info``). Recorded in the manifest and as one MLflow JSON artifact."""
     env = os.environ if environ is None else environ
     return {
-        "variables": {name: env[name] for name in sorted(env) if name.startswith(ACCELERATOR_VARIABLE_PREFIXES)},
+        "variables": redact_environment({name: env[name] for name in sorted(env)
+                                         if name.startswith(ACCELERATOR_VARIABLE_PREFIXES)}),
         "visible_devices": {name: env.get(name, "unset") for name in VISIBLE_DEVICE_VARIABLES},
         "versions": {name: device_info[name] for name in VERSION_FACTS if name in device_info},
         "device_name": device_info.get("device_name"),

@@ -16,9 +16,9 @@ from typing import Any
 
 from suite.config import RunConfig
 from suite.errors import ConfigError, RecordingError, ResultsFolderError
-from suite.fileio import read_record_text, write_json_atomic
+from suite.fileio import loads_bounded, read_record_text, write_json_atomic
 from suite.results.manifest import COMPLETE
-from suite.results.record import END_STATUSES, RUNNING, RunResult
+from suite.results.record import END_STATUSES, RUNNING, RunResult, timestamp_problem
 
 SCHEMA_VERSION = 2
 MATRIX_FILE = "matrix.json"
@@ -84,6 +84,10 @@ class MatrixInfo:
             raise ValueError(f"status {data['status']!r} is not one of {RUNNING}, {', '.join(END_STATUSES)}")
         if not isinstance(data["command"], list) or not isinstance(data["uid"], str):
             raise ValueError("command must be a list and uid a string")
+        for name in ("started_at", "ended_at"):
+            problem = timestamp_problem(data.get(name))
+            if problem:
+                raise ValueError(f"{name} {problem}")
         return cls(**data)
 
 
@@ -175,10 +179,12 @@ def read_json(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsFolderError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
     try:
-        return json.loads(text)
+        return loads_bounded(text, str(path))
     except json.JSONDecodeError as exc:
         raise ResultsFolderError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") \
             from None
+    except ValueError as exc:  # over the memory bound, or nested too deeply
+        raise ResultsFolderError(str(exc)) from None
 
 
 def validate_result(data: Any, where: str) -> RunResult:

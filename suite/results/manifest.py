@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from suite.config import RunConfig
 from suite.errors import ConfigError, ResultsFolderError
-from suite.fileio import read_record_text
+from suite.fileio import loads_bounded, read_record_text
 from suite.results.environment import git_state, host_facts, package_versions
 from suite.results.record import RunResult
 
@@ -71,13 +71,15 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     """A manifest, checked to be one this suite wrote (a JSON object of the current version with a valid
     config); :class:`ResultsFolderError` names the file and what is wrong."""
     try:
-        manifest = json.loads(read_record_text(path))
+        manifest = loads_bounded(read_record_text(path), f"manifest {path}")
     except FileNotFoundError:
         raise ResultsFolderError(f"{path} is missing") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ResultsFolderError(f"cannot read manifest {path}: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise ResultsFolderError(f"manifest {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:  # over the memory bound, or nested too deeply
+        raise ResultsFolderError(str(exc)) from None
     if not isinstance(manifest, dict):
         raise ResultsFolderError(f"manifest {path} is not a JSON object but a {type(manifest).__name__}")
     version = manifest.get("manifest_version")

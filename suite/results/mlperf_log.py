@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import re
 import subprocess
 import sys
@@ -114,8 +115,64 @@ class MlperfLog:
             raise ValueError(f"mllog intervals never ended: {', '.join(sorted(self._open))}")
 
 
+#: The largest mlperf.log read (a run's own is ~10 kB; one per evaluation adds ~1 kB).
+LOG_MAX_BYTES = 64 * 2**20
+#: The longest ``:::MLLOG`` line handed to MLCommons' checker, whose parser costs the square of a line's length
+#: (``re.sub(".*:::MLLOG ", ...)`` per line: a 200 kB line took minutes); the suite's own are under 2 kB.
+LOG_MAX_LINE = 16 * 2**10
+_TOKEN = ":::MLLOG "
+
+
+def log_lines(log_path: str | Path) -> list[str]:
+    """The lines of an mlperf.log, read as a regular file of at most :data:`LOG_MAX_BYTES` (a FIFO or a huge file
+    is refused at once), decoded as MLCommons' parser decodes them (latin-1); ``ValueError`` names the file and the
+    bound where it is not one to parse."""
+    from suite.fileio import read_regular_file
+
+    path = Path(log_path)
+    try:
+        data = read_regular_file(path, LOG_MAX_BYTES, "mlperf.log")
+    except FileNotFoundError:
+        raise ValueError(f"no mlperf.log at {path}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    lines = data.decode("latin-1").splitlines()
+    for number, line in enumerate(lines, 1):
+        if len(line) > LOG_MAX_LINE and _TOKEN in line:
+            raise ValueError(f"{path}:{number}: an MLLOG line of {len(line):,} characters, over the limit of "
+                             f"{LOG_MAX_LINE:,}: not a log the suite wrote")
+    return lines
+
+
+def parse_log(log_path: str | Path, ruleset: str) -> tuple[list[Any], list[tuple[str, str]]]:
+    """``(loglines, errors)`` of an mlperf.log as MLCommons' ``mlp_parser.parse_file`` gives them for ``ruleset``
+    (its own ``string_to_logline`` builds each line), after :func:`log_lines`' bounds; each line is cut at its last
+    ``:::MLLOG`` in linear time, the same cut the parser's quadratic ``re.sub(".*:::MLLOG ")`` makes."""
+    import importlib
+
+    parser = importlib.import_module("mlperf_logging.compliance_checker.mlp_parser.ruleset_"
+                                     + ruleset.replace(".", ""))
+    loglines: list[Any] = []
+    errors: list[tuple[str, str]] = []
+    for line in log_lines(log_path):
+        cut = line.rfind(_TOKEN)
+        if cut < 0:
+            continue
+        text = line[cut:].strip()
+        try:
+            loglines.append(parser.string_to_logline(len(loglines) + len(errors), text))
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            errors.append((text, f"{type(exc).__name__}: {exc}"))
+    return loglines, errors
+
+
 def check_compliance(log_path: str | Path, ruleset: str | Path = RULESET) -> tuple[bool, str]:
-    """Run MLCommons' compliance checker on ``log_path`` with our ruleset; (passed, checker output)."""
+    """Run MLCommons' compliance checker on ``log_path`` with our ruleset; (passed, checker output). A log over
+    :func:`log_lines`' bounds is refused before the checker sees it."""
+    try:
+        log_lines(log_path)
+    except ValueError as exc:
+        return False, str(exc)
     log_output = Path(log_path).with_suffix(".compliance.log")
     proc = subprocess.run(
         [sys.executable, "-m", "mlperf_logging.compliance_checker", "--config", str(Path(ruleset).resolve()),
@@ -209,12 +266,11 @@ def check_stock_common(log_path: str | Path, ruleset: str | None = None) -> Stoc
     enqueued configs are reported as :attr:`StockCheck.not_applicable`, never silently passed.
     """
     from mlperf_logging.compliance_checker import mlp_compliance
-    from mlperf_logging.compliance_checker.mlp_parser import parse_file
 
     ruleset = ruleset or newest_training_ruleset()
     common = Path(mlp_compliance.__file__).parent / f"training_{ruleset}" / "common.yaml"
     checker = mlp_compliance.make_checker("training", ruleset, False, False)
-    loglines, errors = parse_file(str(log_path), ruleset=ruleset)
+    loglines, errors = parse_log(log_path, ruleset)
     mlp_compliance.enqueued_configs.clear()
     try:
         checker.configured_checks(loglines, str(common))
@@ -243,21 +299,24 @@ class RunInterval:
 
 def run_interval(log_path: str | Path, ruleset: str | None = None) -> RunInterval:
     """run_start -> run_stop of ``log_path``, read with the checker's own parser; a :class:`ValueError` saying what
-    is missing (no file, no run_start, no run_stop, no status)."""
-    from mlperf_logging.compliance_checker.mlp_parser import parse_file
-
+    is missing or impossible (no file, no run_start, no run_stop, no status, a time that is not a finite number, a
+    run_stop before its run_start)."""
     path = Path(log_path)
-    if not path.is_file():
-        raise ValueError(f"no mlperf.log at {path}")
-    loglines, _ = parse_file(str(path), ruleset=ruleset or newest_training_ruleset())
+    loglines, _ = parse_log(path, ruleset or newest_training_ruleset())
     found = {line.key: line for line in reversed(loglines) if line.key in ("run_start", "run_stop")}
     for key in ("run_start", "run_stop"):
         if key not in found:
             raise ValueError(f"{path.name} has no {key}")
-    status = (found["run_stop"].value.get("metadata") or {}).get("status")
+    metadata = found["run_stop"].value.get("metadata")
+    status = metadata.get("status") if isinstance(metadata, dict) else None
     if not isinstance(status, str):
         raise ValueError(f"{path.name}: run_stop has no status")
-    return RunInterval(float(found["run_start"].timestamp), float(found["run_stop"].timestamp), status)
+    start, stop = float(found["run_start"].timestamp), float(found["run_stop"].timestamp)
+    if not (math.isfinite(start) and math.isfinite(stop)):
+        raise ValueError(f"{path.name}: run_start or run_stop has a time that is not a finite number")
+    if stop < start:
+        raise ValueError(f"{path.name}: run_stop ({stop:.0f} ms) comes before run_start ({start:.0f} ms): impossible")
+    return RunInterval(start, stop, status)
 
 
 def interval_or_reason(log_path: str | Path | None, missing: str) -> RunInterval | str:

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from suite.config import RunConfig
+from suite.figures import misfit_fact, usable
 from suite.meters.timing import StepTiming
 
 FINISHED = "FINISHED"
@@ -156,6 +157,42 @@ def loss_digest(losses: Sequence[float]) -> str:
     return hashlib.sha256("\n".join(losses_hex(losses)).encode()).hexdigest()
 
 
+#: The longest name of a metric or of a fact's field (MLflow's own limit for a metric key): every name becomes a
+#: column of ``suite export``, a row of a table, an MLflow key.
+MAX_NAME = 250
+
+
+def _overlong_key(value: Any) -> str | None:
+    """The first key of ``value`` (an object, at any depth) longer than :data:`MAX_NAME`."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if len(key) > MAX_NAME:
+                    return key
+                stack.append(inner)
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+#: The latest time a record may hold (the year 3000): beyond it a date cannot be shown (``time.gmtime``).
+LATEST_TIMESTAMP = 32_503_680_000.0
+
+
+def timestamp_problem(value: Any) -> str | None:
+    """Why ``value`` is not a time a record can hold (``None`` where it is, or is absent): seconds since the epoch,
+    a finite number from 1970 to the year 3000."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "is not a number"
+    if not 0 <= value <= LATEST_TIMESTAMP:
+        return f"is {value!r}, not a time from 1970 to the year 3000 (seconds since the epoch)"
+    return None
+
+
 WORKER_NODE = "worker"  # facts["node_role"] of a run whose measurement another node recorded
 
 
@@ -165,7 +202,9 @@ class RunResult:
 
     ``metrics`` holds scalar metrics under their public names; ``losses`` the loss of every step
     (warm-up included, step index = position); ``facts`` what actually ran (device, precision,
-    loader, batch size used...).
+    loader, batch size used...). A record read back keeps apart, in ``unusable``, each recorded metric whose value
+    its figure cannot take (:mod:`suite.figures`: NaN, a throughput of 0...) with the reason: every reader shows it
+    as "-" and never computes with it; it is written back as it was read.
     """
 
     config: RunConfig
@@ -179,6 +218,7 @@ class RunResult:
     ended_at: float | None = None
     repeat: int = 0
     run_uid: str | None = None
+    unusable: dict[str, tuple[Any, str]] = field(default_factory=dict, compare=False)
 
     @property
     def loss_digest(self) -> str:
@@ -197,7 +237,7 @@ class RunResult:
             "run_uid": self.run_uid,
             "status": self.status,
             "reason": self.reason,
-            "metrics": self.metrics,
+            "metrics": {**self.metrics, **{name: value for name, (value, _) in self.unusable.items()}},
             "loss_digest": self.loss_digest,
             "losses_hex": losses_hex(self.losses),
             "losses": self.losses,
@@ -216,7 +256,7 @@ class RunResult:
         data = dict(data)
         digest = data.pop("loss_digest", None)
         hexes = data.pop("losses_hex", None)
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"unusable"}  # unusable: made here, never read
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown field(s) {', '.join(unknown)}")
@@ -231,15 +271,26 @@ class RunResult:
             if name in data and not isinstance(data[name], kind):
                 raise ValueError(f"{name} is not a JSON {'object' if kind is dict else 'array'}")
         for name, value in data.get("metrics", {}).items():
+            if len(name) > MAX_NAME:
+                raise ValueError(f"a metric name of {len(name):,} characters (over {MAX_NAME}): {name[:40]!r}...")
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"metric {name} is not a number: {value!r}")
+        long_key = _overlong_key(data.get("facts", {}))
+        if long_key is not None:
+            raise ValueError(f"facts: a name of {len(long_key):,} characters (over {MAX_NAME}): {long_key[:40]!r}...")
+        recorded = data.get("metrics", {})
+        data["metrics"], set_aside = usable(recorded)
+        data["unusable"] = {name: (recorded[name], reason) for name, reason in set_aside.items()}
         for name in ("reason", "run_uid", "mlflow_run_id"):
             if data.get(name) is not None and not isinstance(data[name], str):
                 raise ValueError(f"{name} is not a string")
         for name in ("started_at", "ended_at"):
-            value = data.get(name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise ValueError(f"{name} is not a number")
+            problem = timestamp_problem(data.get(name))
+            if problem:
+                raise ValueError(f"{name} {problem}")
+        misfit = misfit_fact(data.get("facts", {}))
+        if misfit:
+            raise ValueError(misfit)
         if isinstance(data.get("repeat"), bool) or not isinstance(data.get("repeat", 0), int):
             raise ValueError("repeat is not an integer")
         if hexes is not None:
@@ -254,6 +305,33 @@ class RunResult:
         if digest is not None and digest != result.loss_digest:
             raise ValueError("loss_digest does not match the recorded losses: the record is corrupt or edited")
         return result
+
+
+def distinct_runs(results: Sequence["RunResult"]) -> tuple[list["RunResult"], list[str]]:
+    """``results`` with each run counted once (the first record of each ``run_uid``; a run without one kept), and
+    the run uids listed more than once: one run copied in a record is still one run (compare, report, score)."""
+    seen: set[str] = set()
+    kept, repeated = [], []
+    for result in results:
+        if result.run_uid is not None:
+            if result.run_uid in seen:
+                repeated.append(result.run_uid)
+                continue
+            seen.add(result.run_uid)
+        kept.append(result)
+    return kept, list(dict.fromkeys(repeated))
+
+
+def unusable_notes(results: Sequence["RunResult"]) -> list[str]:
+    """A line per run whose record holds figures that no reader may use (``RunResult.unusable``): its
+    configuration, each figure and why (``device=cpu workers=0 ...: throughput_samples_per_s: nan is not a finite
+    number``)."""
+    notes = []
+    for result in results:
+        if result.unusable:
+            figures = "; ".join(f"{name}: {reason}" for name, (_, reason) in sorted(result.unusable.items()))
+            notes.append(f"{result.config.describe()}{f' #{result.repeat}' if result.repeat else ''}: {figures}")
+    return notes
 
 
 def differing_datasets(results: Sequence["RunResult"]) -> dict[str, list[str]]:

@@ -18,7 +18,6 @@ memory and :meth:`ResultsStore.rescue` puts it where it can be recovered from.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from suite.errors import RecordingError, ResultsFolderError
-from suite.fileio import read_record_text, write_json_atomic
+from suite.fileio import loads_bounded, read_record_text, write_json_atomic
 from suite.results.files import (
     LOCK_FILE,
     MATRIX_FILE,
@@ -67,7 +66,7 @@ class ResultsStore:
         except Timeout:
             holder = ""
             try:
-                matrix = MatrixInfo.from_dict(json.loads(read_record_text(self.root / MATRIX_FILE)))
+                matrix = MatrixInfo.from_dict(loads_bounded(read_record_text(self.root / MATRIX_FILE), MATRIX_FILE))
                 holder = f" (pid {matrix.pid} on {matrix.host}, matrix {matrix.name})"
             except (OSError, ValueError, TypeError):
                 pass

@@ -10,6 +10,7 @@ it is a FAILED result saying how the process ended.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import threading
@@ -167,7 +168,8 @@ def _open_run_folder(store: ResultsStore, name: str, config: RunConfig,
     run_info = {**run_info, "matrix_uid": store.matrix_info.uid}
     files.write(files.run_info, run_info)
     try:
-        log = open(files.log, "a", buffering=1)  # O_APPEND, shared with the child's stderr
+        # O_APPEND, shared with the child's stderr; never through a link
+        log = open(files.log, "a", buffering=1, opener=lambda path, flags: os.open(path, flags | os.O_NOFOLLOW, 0o666))
     except OSError as exc:
         raise RecordingError(f"cannot write {files.log}: {exc.strerror or exc}") from exc
     return files, run_info, log

@@ -30,6 +30,7 @@ from suite.errors import RecordingError, SuiteError  # noqa: E402
 from suite.events import LAUNCHED_AT_ENV, emit  # noqa: E402
 from suite.meters.host_ram import kept_shared_with_forks  # noqa: E402
 from suite.meters.setup import SetupClock  # noqa: E402
+from suite.redact import redact_argv  # noqa: E402
 from suite.registry import load_device, load_workload  # noqa: E402
 from suite.results.environment import accelerator_environment  # noqa: E402
 from suite.results.files import RunFiles  # noqa: E402
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if leader:  # a manifest before the run: a disk that fills during it cannot take away what a re-run needs
         try:
             files.write(files.manifest, build_manifest(RunResult(config=config, status="RUNNING"),
-                                                       info.get("command") or sys.argv, BEFORE_THE_RUN))
+                                                       info.get("command") or redact_argv(sys.argv), BEFORE_THE_RUN))
         except RecordingError as exc:
             log.line(f"could not write the manifest before the run ({exc}); the runner keeps one in its rescue")
     result = execute(config, emit_event=report, mllog_path=str(files.mllog) if leader else None, rank=rank,
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     result.facts.update(files.facts())
     emit(result=result.to_dict())  # the runner holds it now, whatever happens to the files below
     try:
-        files.write(files.manifest, build_manifest(result, info.get("command") or sys.argv))
+        files.write(files.manifest, build_manifest(result, info.get("command") or redact_argv(sys.argv)))
         result.facts.update(files.facts())
         files.write(files.result, result.to_dict())
     except RecordingError as exc:

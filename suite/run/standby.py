@@ -38,7 +38,7 @@ def stderr_into(path: Path) -> None:
                 early += chunk
     except OSError:
         pass
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     try:
         if early:
             os.write(fd, early)

@@ -24,11 +24,13 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Sequence, overload
 
+from mlflow.environment_variables import MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID as PARENT_RUN_ID
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE as RUN_NOTE  # a run's or experiment's description
 
 from suite.config import param_text
 from suite.errors import SuiteError
+from suite.redact import redact_uri
 from suite.tracking.deadlines import _Deadlined
 from suite.tracking.stores import (
     _first_line,
@@ -65,7 +67,10 @@ class MlflowGateway:
     """Everything the suite asks of one MLflow tracking store."""
 
     def __init__(self, tracking_uri: str | None = None) -> None:
-        self.tracking_uri = tracking_uri or default_tracking_uri()
+        #: the URI as given, credentials included: used to connect, never shown or recorded
+        self._uri = tracking_uri or default_tracking_uri()
+        #: the URI as it may be shown and recorded (:func:`suite.redact.redact_uri`)
+        self.tracking_uri = redact_uri(self._uri)
         self._client: Any = None
 
     @property
@@ -73,13 +78,15 @@ class MlflowGateway:
         if self._client is None:
             from mlflow.tracking import MlflowClient
 
-            if self.tracking_uri.startswith(("http://", "https://")):
+            if self._uri.startswith(("http://", "https://")):
                 for name, value in BOUNDED_RETRIES.items():
                     os.environ.setdefault(name, value)
-            database = sqlite_path(self.tracking_uri)
+                if self.tracking_uri != self._uri:  # MLflow prints "View run ... at: URI" with the password in it
+                    os.environ[MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT.name] = "true"
+            database = sqlite_path(self._uri)
             if database is not None:
-                _initialise_sqlite(self.tracking_uri, database)
-            self._client = _Deadlined(MlflowClient(tracking_uri=self.tracking_uri), self.tracking_uri)
+                _initialise_sqlite(self._uri, database)
+            self._client = _Deadlined(MlflowClient(tracking_uri=self._uri), self.tracking_uri)
         return self._client
 
     # --- experiments -----------------------------------------------------------------------------------
@@ -98,7 +105,7 @@ class MlflowGateway:
             return None
         tags = {RUN_NOTE: description} if description else None
         try:
-            return self.client.create_experiment(name, artifact_location=artifact_location(self.tracking_uri, name),
+            return self.client.create_experiment(name, artifact_location=artifact_location(self._uri, name),
                                                  tags=tags)
         except Exception:  # another process created it first
             found = self.client.get_experiment_by_name(name)
@@ -186,12 +193,12 @@ class MlflowGateway:
         history (for ``suite run --dry-run``)."""
         from mlflow.tracking import MlflowClient
 
-        database = sqlite_path(self.tracking_uri)
+        database = sqlite_path(self._uri)
         if database is not None and not database.is_file():
             return {}
-        client = self._client or _Deadlined(MlflowClient(tracking_uri=self.tracking_uri), self.tracking_uri)  # no init
         durations: dict[str, list[float]] = {}
         try:
+            client = self._client or _Deadlined(MlflowClient(tracking_uri=self._uri), self.tracking_uri)  # no init
             experiments = [e.experiment_id for e in client.search_experiments()]
             for config_id in config_ids:
                 runs = client.search_runs(experiments, f"tags.`{CONFIG_ID}` = '{config_id}' and "
@@ -209,12 +216,12 @@ class MlflowGateway:
         Nothing is created or migrated."""
         from mlflow.tracking import MlflowClient
 
-        database = sqlite_path(self.tracking_uri)
+        database = sqlite_path(self._uri)
         if database is not None and not database.is_file():
             return []
-        client = self._client or _Deadlined(MlflowClient(tracking_uri=self.tracking_uri), self.tracking_uri)
         overheads = []
         try:
+            client = self._client or _Deadlined(MlflowClient(tracking_uri=self._uri), self.tracking_uri)
             experiments = [e.experiment_id for e in client.search_experiments()]
             matrices = client.search_runs(experiments, f"tags.`{ROLE}` = 'matrix' and attributes.status = 'FINISHED'",
                                           max_results=limit, order_by=["attributes.start_time DESC"])

@@ -18,6 +18,7 @@ from suite.analysis.scoring import ConfigScore
 from suite.analysis.summary import summary_line
 from suite.config import RunConfig
 from suite.config.labels import short_labels
+from suite.redact import redact_argv
 from suite.results.files import MatrixInfo, RunFiles
 from suite.results.record import RUNNING, RunResult
 from suite.text import markdown_literal
@@ -103,7 +104,7 @@ class MlflowRecorder(Recorder):
                 return
         self.parent_run_id = self.gateway.create_run(
             experiment_id, info.name + (f" shard {info.shard}" if info.shard else ""),
-            {**self._common_tags, tags_.ROLE: "matrix", tags_.COMMAND: " ".join(info.command)[:5000]},
+            {**self._common_tags, tags_.ROLE: "matrix", tags_.COMMAND: " ".join(redact_argv(info.command))[:5000]},
             {**info.params, "repeats": info.repeats}, start_time_s=info.started_at)
 
     def _child(self, name: str, parent: str | None, tags: dict[str, str], config: RunConfig) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from suite.analysis.compare import THROUGHPUT, ResultSet, Row, RowGroup, rows_of
 from suite.config import RunConfig
 from suite.errors import SuiteError
+from suite.figures import usable
 from suite.results.files import read_json, read_results_file, read_scores_file, validate_result
 from suite.results.manifest import MANIFEST_FILE, load_manifest
 from suite.results.mlperf_log import RunInterval, interval_or_reason
@@ -53,7 +54,7 @@ def rows_from_mlflow(gateway: Any, run_id: str | None = None, experiment: str | 
         except SuiteError as exc:
             raise SuiteError(f"MLflow run {run.info.run_id}: {exc}") from None
         group = groups.setdefault(config.config_id, RowGroup(config))
-        metrics = suite_metrics(run.data.metrics)
+        metrics, _ = usable(suite_metrics(run.data.metrics))  # a value its figure cannot take: shown as "-"
         if run.info.status != FINISHED or THROUGHPUT not in metrics:
             group.unfinished += 1
             continue
@@ -158,7 +159,7 @@ def matrix_run_set(gateway: Any, run_id: str) -> ResultSet:
 def run_rows(gateway: Any, experiment: str) -> list[dict[str, Any]]:
     """Every configuration run (each repeat its own) of an MLflow experiment as a row of ``suite export``: its
     configuration from its params, its metrics' last values, its status, and its facts from ``facts.json``."""
-    from suite.analysis.export import flatten
+    from suite.analysis.export import row_of_result
 
     experiment_id = gateway.experiment_id(experiment, create=False)
     if experiment_id is None:
@@ -173,12 +174,12 @@ def run_rows(gateway: Any, experiment: str) -> list[dict[str, Any]]:
             config = RunConfig.from_params(run.data.params)
             path = gateway.download_artifact(run.info.run_id, "facts.json", Path(scratch) / run.info.run_id)
             facts = read_json(path) if path is not None else {}
-            rows.append({"source": f"mlflow:{experiment}", "run_uid": run_tags.get(tags.RUN_UID),
-                         "mlflow_run_id": run.info.run_id, "config_id": config.config_id,
-                         "status": run_tags.get(tags.STATUS, run.info.status), "reason": run_tags.get("failure_reason"),
-                         "repeat": int(run_tags.get(tags.REPEAT, 0) or 0), "started_at": run.info.start_time / 1000,
-                         "ended_at": (run.info.end_time or 0) / 1000 or None, **flatten("config", config.to_dict()),
-                         **suite_metrics(run.data.metrics), **flatten("facts", facts)})
+            metrics, _ = usable(suite_metrics(run.data.metrics))  # a value its figure cannot take: an empty cell
+            result = RunResult(config, run_tags.get(tags.STATUS, run.info.status), run_tags.get("failure_reason"),
+                               metrics, facts=facts if isinstance(facts, dict) else {}, mlflow_run_id=run.info.run_id,
+                               started_at=run.info.start_time / 1000, ended_at=(run.info.end_time or 0) / 1000 or None,
+                               repeat=int(run_tags.get(tags.REPEAT, 0) or 0), run_uid=run_tags.get(tags.RUN_UID))
+            rows.append(row_of_result(result, f"mlflow:{experiment}"))
     return rows
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterator
 
 from suite.errors import SuiteError
+from suite.redact import redact_text, redact_uri, userinfo_credentials
 
 _SQLITE = "sqlite:///"
 
@@ -51,9 +52,10 @@ def check_tracking_uri(uri: str) -> None:
     import socket
     import urllib.parse
 
+    shown = redact_uri(uri)
     scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
     if scheme not in STORE_SCHEMES:
-        raise SuiteError(f"tracking URI {uri!r}: the suite records into sqlite:///PATH, an MLflow server "
+        raise SuiteError(f"tracking URI {shown!r}: the suite records into sqlite:///PATH, an MLflow server "
                          "(http[s]://HOST:PORT) or a database server (postgresql://, mysql://, mssql://), not "
                          f"{scheme + ':' if scheme else 'a plain path'}" + (" (MLflow's file store: use "
                                                                             "sqlite:///PATH/mlflow.db)"
@@ -61,7 +63,7 @@ def check_tracking_uri(uri: str) -> None:
     if scheme == "sqlite":
         path = uri[len("sqlite:"):].lstrip("/")
         if not path or path == ":memory:" or "mode=memory" in uri:
-            raise SuiteError(f"tracking URI {uri!r} is an in-memory database: every record would vanish when the "
+            raise SuiteError(f"tracking URI {shown!r} is an in-memory database: every record would vanish when the "
                              "run ends; give a file (sqlite:///PATH/mlflow.db)")
         return
     parts = urllib.parse.urlsplit(uri)
@@ -70,7 +72,7 @@ def check_tracking_uri(uri: str) -> None:
         try:
             socket.getaddrinfo(host, None)
         except socket.gaierror as exc:
-            raise SuiteError(f"tracking URI {uri!r}: host {host!r} does not resolve ({exc.strerror}); a name that "
+            raise SuiteError(f"tracking URI {shown!r}: host {host!r} does not resolve ({exc.strerror}); a name that "
                              "does not resolve is not a transient failure: check the host name") from None
     if scheme in DATABASE_PORTS and host:
         _check_database_answers(uri, host, parts.port or DATABASE_PORTS[scheme], scheme)
@@ -88,7 +90,7 @@ def _check_database_answers(uri: str, host: str, port: int, scheme: str) -> None
     an SSLRequest with one byte (``S`` or ``N``); MySQL greets every connection first."""
     import socket
 
-    what = f"tracking URI {uri!r}: the {scheme} server at {host}:{port}"
+    what = f"tracking URI {redact_uri(uri)!r}: the {scheme} server at {host}:{port}"
     try:
         with socket.create_connection((host, port), timeout=DATABASE_ANSWER_S) as connection:
             connection.settimeout(DATABASE_ANSWER_S)
@@ -129,19 +131,41 @@ def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
     import urllib.error
     import urllib.request
 
+    shown = redact_uri(uri)
+    bare, credentials = userinfo_credentials(uri)
+    request = urllib.request.Request(bare.rstrip("/") + "/health", headers=_authorization(credentials))
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             if response.status != 200:
-                raise SuiteError(f"MLflow tracking server {uri} answered /health with HTTP {response.status}")
+                raise SuiteError(f"MLflow tracking server {shown} answered /health with HTTP {response.status}")
+    except urllib.error.HTTPError as exc:
+        raise SuiteError(f"MLflow tracking server {shown} answered /health with HTTP {exc.code} ({exc.reason})"
+                         + ("; check the user and password" if exc.code in (401, 403) else "")) from None
     except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise SuiteError(f"MLflow tracking server {uri} is unreachable ({reason}); start it or pass another "
-                         "--tracking-uri") from exc
+        reason = redact_text(str(getattr(exc, "reason", exc)))
+        raise SuiteError(f"MLflow tracking server {shown} is unreachable ({reason}); start it or pass another "
+                         "--tracking-uri") from None
+
+
+def _authorization(credentials: tuple[str, str] | None) -> dict[str, str]:
+    """The Authorization header MLflow's own client sends (``mlflow.utils.rest_utils.http_request``): basic
+    authentication from the URI's user-info, else from ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``,
+    else a bearer ``MLFLOW_TRACKING_TOKEN``; none where none is set."""
+    import base64
+
+    user, password = credentials or (os.environ.get("MLFLOW_TRACKING_USERNAME"),
+                                     os.environ.get("MLFLOW_TRACKING_PASSWORD"))
+    if user and password:
+        return {"Authorization": "Basic " + base64.standard_b64encode(f"{user}:{password}".encode()).decode()}
+    token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _first_line(exc: BaseException) -> str:
+    """The first line of an error from MLflow or a database driver, credentials redacted (a driver may quote its
+    connection URL)."""
     message = getattr(exc, "message", None) or str(exc)
-    return (message.strip().splitlines() or [type(exc).__name__])[0]
+    return redact_text((message.strip().splitlines() or [type(exc).__name__])[0])
 
 
 def _initialise_sqlite(uri: str, database: Path) -> None:

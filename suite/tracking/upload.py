@@ -25,6 +25,7 @@ from pathlib import Path
 
 from suite.analysis.scoring import ConfigScore
 from suite.errors import ResultsFolderError, SuiteError
+from suite.redact import REDACTED, redact_uri
 from suite.results.files import RunFiles, read_rescue, rescued_manifests
 from suite.results.record import KILLED, RUNNING, RunResult
 from suite.results.store import ResultsStore
@@ -137,9 +138,14 @@ def upload(directory: Path, tracking_uri: str | None = None, rescue: Path | None
         report = RecoveryReport()
         report.repairs, report.still_running = repair(store, rescue)
         matrix = store.matrix_info
-        uri = tracking_uri or matrix.tracking_uri or default_tracking_uri()
+        recorded = matrix.tracking_uri
+        if tracking_uri is None and recorded is not None and REDACTED in recorded:
+            raise SuiteError(f"the matrix recorded into {recorded}, whose credentials are never recorded: pass "
+                             "--tracking-uri with them (or the store to upload into)")
+        uri = tracking_uri or recorded or default_tracking_uri()
         check_reachable(uri)
-        own_store = matrix.tracking_uri is not None and normalize_uri(uri) == normalize_uri(matrix.tracking_uri)
+        # the matrix's own store: the one it records, credentials aside
+        own_store = recorded is not None and redact_uri(normalize_uri(uri)) == redact_uri(normalize_uri(recorded))
         recorder = MlflowRecorder(MlflowGateway(uri), resume=True)
         recorder.open(matrix, store.root)
         # another store: copies, so that its run ids never land in this folder's records
@@ -157,7 +163,8 @@ def upload(directory: Path, tracking_uri: str | None = None, rescue: Path | None
                 store.record(result)  # now with every MLflow run id
         report.recorded = len(results) - len(recorder.skipped)
         report.already_there = len(recorder.skipped)
-        report.parent_run_id, report.tracking_uri, report.ids_written = recorder.parent_run_id, uri, own_store
+        report.parent_run_id, report.ids_written = recorder.parent_run_id, own_store
+        report.tracking_uri = redact_uri(uri)
         return report
     finally:
         store.release()

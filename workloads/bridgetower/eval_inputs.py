@@ -89,7 +89,7 @@ def cache_key(dataset: Any, device_type: str) -> str:
 
     contents = hashlib.sha256()
     for index in range(len(dataset.source)):
-        contents.update(dataset.source.content_key(index).encode() + b"\n")
+        contents.update(dataset.source.content_key(index).encode("utf-8", "surrogatepass") + b"\n")
     code = hashlib.sha256()
     for name in _PIPELINE_MODULES:
         try:
@@ -119,7 +119,7 @@ def prepare(dataset: Any, device_type: str) -> tuple[EvalImages | None, str]:
 
     key = cache_key(dataset, device_type)
     folder = cache_root() / "bridgetower" / "eval-inputs"
-    path = folder / f"{hashlib.sha256(key.encode()).hexdigest()}.bin"
+    path = folder / f"{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()}.bin"
     found = _open(path, key)
     if found is not None:
         return found, f"preprocessed once by the {dataset.pipeline.name} pipeline before the run (from the cache)"

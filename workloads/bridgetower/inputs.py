@@ -14,7 +14,12 @@ from suite.devices.interfaces import seed_everything
 from suite.errors import SuiteError
 
 from workloads.bridgetower.data.bounds import ImageBounds
-from workloads.bridgetower.data.catalog import held_out_split, open_evaluation_source, open_source
+from workloads.bridgetower.data.catalog import (
+    DEFAULT_BOUND_NOTE,
+    held_out_split,
+    open_evaluation_source,
+    open_source,
+)
 from workloads.bridgetower.data.loader import CaptionedImages
 from workloads.bridgetower.data.sources import ImageCaptionSource
 from workloads.bridgetower.device_decoding import decode_on_device
@@ -67,9 +72,12 @@ def prepare(config: RunConfig) -> dict[str, Any]:
             f"the dataset has {len(source)} usable samples, fewer than one batch of {config.batch_size}")
     if config.weights and not Path(config.weights).exists() and config.weights.startswith((".", "/", "~")):
         raise SuiteError(f"weights path does not exist: {config.weights}")
-    split_configured(config, source, config.batch * config.nproc_per_node)  # a target without held-out: refused
+    # a target without held-out: refused; a held-out set past the default bound: said up front
+    split = split_configured(config, source, config.batch * config.nproc_per_node)[2]
     described = source.describe()
     warnings = list(described.get("warnings", []))
+    if DEFAULT_BOUND_NOTE in split:
+        warnings.append(f"evaluation: {split}")
     preset = PRESETS[config.preset]
     tokenizer = config.weights or preset.tokenizer  # loaded by each run (a checkpoint's: nothing fetched here)
     if not config.weights and config.tokenizer == "auto":  # what the runs will use; reads local files only

@@ -101,7 +101,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
         definition.pop("truncation", None)
         definition.pop("padding", None)
         text = json.dumps(definition, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 #: Bump when the cached tensors' meaning changes (padding mode, dtype...).

@@ -30,7 +30,7 @@ class FileHashes:
 
     def __init__(self, dataset_root: Path) -> None:
         root = str(Path(dataset_root).resolve())
-        name = hashlib.sha256(root.encode()).hexdigest()[:32]
+        name = hashlib.sha256(root.encode("utf-8", "surrogatepass")).hexdigest()[:32]
         self.path = cache_root() / "bridgetower" / "file-hashes" / f"{name}.json"
         self.hits = self.misses = 0
         self._entries: dict[str, list] = {}

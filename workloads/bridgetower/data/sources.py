@@ -280,7 +280,7 @@ class ImageFolderSource(ImageCaptionSource):
                 file_hash = "unreadable"  # fails the run when loaded, or is skipped with --skip-bad-samples
             name = entry.path.relative_to(self.metadata_path.parent).as_posix()
             self._file_digests.append(file_hash if file_hash != "unreadable" else f"unreadable:{name}")
-            digest.update(f"{name}\t{file_hash}\t{entry.caption}\n".encode())
+            digest.update(f"{name}\t{file_hash}\t{entry.caption}\n".encode("utf-8", "surrogatepass"))
         hashes.save()
         self.fingerprint_cache = {"hits": hashes.hits, "misses": hashes.misses}
         self._fingerprint = {"method": "sha256(file_name, sha256(file), caption per sample)",

@@ -1,0 +1,354 @@
+"""The catalogue of figures: every metric a run records, declared once.
+
+A :class:`Figure` says what a metric is (name, unit, meaning, the MLflow section it is shown in), which values it can
+take (a throughput is above 0, a fraction within [0, 1], a byte count at least 0) and whether configurations are
+compared by it. Writers, readers, tables and checks take names, units and bounds from here (as pytest-benchmark's
+``Stats.fields`` drive its table and ``as_dict``, and optimum-benchmark's ``Measurements``).
+
+The suite's own figures are :data:`FIGURES`; a family of names made at run time (``setup_<phase>_s``,
+``device_<name>_bytes``, ``trainer_<key>``) is declared by a :class:`Family`; a workload adds its own figures
+(:attr:`suite.workload.Workload.figures`: its quality metrics). A name the catalogue does not know is still read,
+as long as it is a finite number.
+
+:func:`check_value` is what a reader asks of a recorded value: ``None`` when it can be shown and computed with, else
+the reason it cannot (not a finite number, outside the figure's bounds). A value that fails is never divided by: it
+is shown as "-" with that reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One metric: its name, unit, meaning, MLflow section and the values it can take."""
+
+    name: str
+    unit: str  # "samples/s", "s", "B", "1" (a ratio or fraction), "count", "cores", "FLOP", "FLOP/s", "B/step"
+    description: str
+    group: str  # the MLflow section (``<group>/<name>``); "" for none
+    minimum: float = -math.inf  # the smallest value a measurement can give (inclusive unless ``positive``)
+    maximum: float = math.inf
+    positive: bool = False  # strictly above ``minimum`` (a throughput, a time a step took: a divisor, never 0)
+    compares: bool = False  # configurations are compared by it (tables, the report, suite compare)
+    integer: bool = False  # a count: a whole number
+
+    def check(self, value: float) -> str | None:
+        """Why ``value`` cannot be this figure's (``None`` when it can)."""
+        if not math.isfinite(value):
+            return f"{value!r} is not a finite number"
+        if value < self.minimum or (self.positive and value == self.minimum):
+            return f"{value:g} is {'not above' if self.positive else 'below'} {self.minimum:g} {self.unit}".rstrip()
+        if value > self.maximum:
+            return f"{value:g} is above {self.maximum:g}"
+        if self.integer and value != int(value):
+            return f"{value:g} is not a whole number"
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        described = asdict(self)
+        for bound in ("minimum", "maximum"):
+            if math.isinf(described[bound]):
+                described[bound] = None
+        return described
+
+
+@dataclass(frozen=True)
+class Family:
+    """Figures named by a pattern, made at run time (``device_<name>_bytes`` from an adapter's memory readings):
+    each member is a :class:`Figure` like ``template`` under its own name."""
+
+    pattern: str  # a regular expression matching the whole name
+    template: Figure
+
+    def member(self, name: str) -> Figure | None:
+        if not re.fullmatch(self.pattern, name):
+            return None
+        return Figure(name, self.template.unit, self.template.description, self.template.group,
+                      self.template.minimum, self.template.maximum, self.template.positive, self.template.compares,
+                      self.template.integer)
+
+
+def _f(name: str, unit: str, group: str, description: str, **bounds: Any) -> Figure:
+    return Figure(name, unit, description, group, **bounds)
+
+
+_AT_LEAST_0 = {"minimum": 0.0}
+_ABOVE_0 = {"minimum": 0.0, "positive": True}
+_FRACTION = {"minimum": 0.0, "maximum": 1.0}
+_COUNT = {"minimum": 0.0, "integer": True}
+
+#: The suite's own figures, in the order tables and ``suite metrics`` list them.
+FIGURES: tuple[Figure, ...] = (
+    # throughput: the measured window
+    _f("throughput_samples_per_s", "samples/s", "throughput",
+       "samples trained per second over the measured steps (warm-up excluded; steps timed back to back on a "
+       "synchronized clock); several runs of one configuration: their MLPerf-style score", compares=True,
+       **_ABOVE_0),
+    _f("throughput_ci95_low", "samples/s", "throughput",
+       "lower end of the 95 % interval of the throughput (block bootstrap over the measured steps; over the runs "
+       "where several are gathered)", **_ABOVE_0),
+    _f("throughput_ci95_high", "samples/s", "throughput", "upper end of that interval", **_ABOVE_0),
+    _f("throughput_cv", "1", "throughput",
+       "coefficient of variation of the throughput over the runs of one configuration (where several are gathered)",
+       **_AT_LEAST_0),
+    _f("model_flops_per_step", "FLOP", "throughput",
+       "the model's floating-point operations per training step (forward and backward), as the workload counts "
+       "them", **_ABOVE_0),
+    _f("model_flops_per_s", "FLOP/s", "throughput", "model FLOP per step times steps per second", **_ABOVE_0),
+    _f("mfu", "1", "throughput",
+       "model FLOP utilization: model FLOP/s over the device's peak for the precision that ran", **_AT_LEAST_0),
+    # step times
+    _f("step_time_p50_s", "s", "step_time", "median time of a measured step", compares=True, **_ABOVE_0),
+    _f("step_time_p90_s", "s", "step_time", "90th percentile of the measured steps' times", **_ABOVE_0),
+    _f("step_time_p99_s", "s", "step_time", "99th percentile of the measured steps' times", compares=True,
+       **_ABOVE_0),
+    _f("measured_steps", "count", "step_time", "steps in the measured window", minimum=1.0, integer=True),
+    _f("measured_wall_s", "s", "step_time", "the measured steps' summed time (they are timed back to back)",
+       **_ABOVE_0),
+    _f("warmup_wall_s", "s", "step_time", "the warm-up steps' summed time (excluded from every figure above)",
+       **_AT_LEAST_0),
+    # the input pipeline
+    _f("data_wait_fraction", "1", "input",
+       "share of the measured steps' time spent waiting for the next batch from the loader", compares=True,
+       **_FRACTION),
+    _f("skipped_samples", "count", "input", "samples left out by --skip-bad-samples (their images do not decode)",
+       **_COUNT),
+    _f("device_decode_fallbacks", "count", "input",
+       "images the device decoder refused or failed on, decoded on the host instead", **_COUNT),
+    _f("decoder_builds_in_measured_steps", "count", "input",
+       "device decoder pipelines built on a measured step's clock", **_COUNT),
+    # memory
+    _f("device_peak_memory_bytes", "B", "memory",
+       "peak device memory of the training process (the framework's allocator; on CPU the process's RSS "
+       "high-water mark)", compares=True, **_AT_LEAST_0),
+    _f("host_ram_peak_pss_anon_bytes", "B", "memory",
+       "peak of the anonymous part of PSS (Pss_Anon + Pss_Shmem) over the training process and its loader workers: "
+       "what they allocated; the host figure configurations are compared by", compares=True, **_AT_LEAST_0),
+    _f("host_ram_peak_pss_bytes", "B", "memory",
+       "peak PSS over the training process and its loader workers (shared pages counted once, split among the "
+       "processes mapping them)", compares=True, **_AT_LEAST_0),
+    _f("host_ram_peak_rss_bytes", "B", "memory",
+       "peak RSS summed over the training process and its loader workers (shared pages counted in every process)",
+       compares=True, **_AT_LEAST_0),
+    # quality
+    _f("eval_samples", "count", "quality", "held-out samples scored at each evaluation", **_COUNT),
+    _f("eval_time_s", "s", "quality", "time spent evaluating, every evaluation of the run together", **_AT_LEAST_0),
+    _f("eval_count", "count", "quality", "evaluations the run made", **_COUNT),
+    _f("time_to_train_s", "s", "quality", "from run_start to the evaluation that reached the quality target",
+       **_AT_LEAST_0),
+    _f("steps_to_target", "count", "quality", "training steps until the quality target was reached", **_COUNT),
+    # where the cores went in the measured window
+    _f("contention_others_cpu_share", "1", "host",
+       "share of the machine's cores other processes used during the measured window", **_AT_LEAST_0),
+    _f("contention_steal_share", "1", "host", "share of the cores the hypervisor stole during the measured window",
+       **_AT_LEAST_0),
+    _f("contention_paused_share", "1", "host",
+       "share of the measured window the training process did not run (stopped by SIGSTOP or Ctrl-Z, frozen, its VM "
+       "paused)", **_FRACTION),
+    _f("host_cpu_cores_trainer", "cores", "host", "cores the training process used (its decoder threads apart)",
+       **_AT_LEAST_0),
+    _f("host_cpu_cores_decoder_threads", "cores", "host", "cores the decoder's own threads used", **_AT_LEAST_0),
+    _f("host_cpu_cores_loader_workers", "cores", "host", "cores the loader workers used", **_AT_LEAST_0),
+    _f("host_cpu_cores_other", "cores", "host", "cores other processes used", **_AT_LEAST_0),
+    _f("host_cores_available", "cores", "host", "cores the configuration could use", **_ABOVE_0),
+    _f("load_average_1m", "1", "host", "the kernel's one-minute load average at the window's end", **_AT_LEAST_0),
+    # the matrix
+    _f("matrix_wall_s", "s", "setup", "the matrix's wall time, from the runner's start to its end", **_AT_LEAST_0),
+    _f("in_window_fraction", "1", "setup",
+       "share of the matrix's wall time inside the configurations' warm-up and measured windows", **_FRACTION),
+)
+
+#: Figures named at run time.
+FAMILIES: tuple[Family, ...] = (
+    Family(r"setup_[a-z0-9_]+_s", _f("setup_<phase>_s", "s", "setup",
+                                     "wall time of one set-up phase before the first step (suite.meters.setup)",
+                                     **_AT_LEAST_0)),
+    Family(r"(memory|device_memory)_growth_bytes_per_step(_ci95_low|_ci95_high)?",
+           _f("<series>_growth_bytes_per_step", "B/step", "memory",
+              "growth of host (memory_) or device (device_memory_) memory per measured step: the slope of a line "
+              "through the window's samples, with its 95 % interval")),
+    Family(r"(memory|device_memory)_growth_tolerance_bytes_per_step",
+           _f("<series>_growth_tolerance_bytes_per_step", "B/step", "memory",
+              "the growth per step the plateau verdict tolerates", **_AT_LEAST_0)),
+    Family(r"device_[a-z0-9_]+_bytes", _f("device_<reading>_bytes", "B", "memory",
+                                          "a further device memory reading of the adapter (its driver's view)",
+                                          **_AT_LEAST_0)),
+    Family(r"trainer_[A-Za-z0-9_]+", _f("trainer_<key>", "", "",
+                                        "a figure transformers' Trainer reports of itself (engine hf-trainer; all "
+                                        "steps, warm-up and start-up included)")),
+)
+
+
+class Catalogue:
+    """The figures of the suite and of the workloads given: :meth:`get` one by name, :meth:`check` a value."""
+
+    def __init__(self, extra: Iterable[Figure] = ()) -> None:
+        self.figures: dict[str, Figure] = {f.name: f for f in FIGURES}
+        for figure in extra:
+            if figure.name in self.figures and self.figures[figure.name] != figure:
+                raise ValueError(f"figure {figure.name!r} is declared twice, differently")
+            self.figures[figure.name] = figure
+
+    def get(self, name: str) -> Figure | None:
+        """The figure named ``name`` (a family's member included); ``None`` for a name the catalogue does not
+        know."""
+        if name in self.figures:
+            return self.figures[name]
+        for family in FAMILIES:
+            member = family.member(name)
+            if member is not None:
+                return member
+        return None
+
+    def check(self, name: str, value: float) -> str | None:
+        """Why ``value`` cannot be ``name``'s (``None`` when it can): outside its figure's bounds, or, for a name
+        the catalogue does not know, not a finite number."""
+        figure = self.get(name)
+        if figure is not None:
+            return figure.check(value)
+        return None if math.isfinite(value) else f"{value!r} is not a finite number"
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Every figure and family, as ``suite metrics --json`` prints them."""
+        return [f.as_dict() for f in self.figures.values()] + \
+            [{**family.template.as_dict(), "pattern": family.pattern} for family in FAMILIES]
+
+
+#: The suite's own figures, without a workload's.
+CORE = Catalogue()
+
+
+def check_value(name: str, value: Any, catalogue: Catalogue = CORE) -> str | None:
+    """Why a recorded ``value`` cannot be shown or computed with as the figure ``name`` (``None`` when it can): not
+    a number, not finite, outside its bounds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{value!r} is not a number"
+    return catalogue.check(name, float(value))
+
+
+def usable(metrics: Mapping[str, Any], catalogue: Catalogue = CORE) -> tuple[dict[str, float], dict[str, str]]:
+    """``metrics`` split into the values that can be used and the reasons the others cannot."""
+    kept: dict[str, float] = {}
+    set_aside: dict[str, str] = {}
+    for name, value in metrics.items():
+        reason = check_value(name, value, catalogue)
+        if reason is None:
+            kept[name] = float(value)
+        else:
+            set_aside[name] = reason
+    return kept, set_aside
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One fact a run records (``RunResult.facts``: what ran, how it was measured): its path (``contention.contended``
+    inside the ``contention`` object), the JSON types it may have and its meaning."""
+
+    path: str
+    types: tuple[str, ...]  # of "object", "array", "string", "number", "integer", "boolean", "null"
+    description: str
+    items: str | None = None  # an array's elements' type (a JSON type name; a number: finite)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,), "array": (list,), "string": (str,), "number": (int, float), "integer": (int,),
+    "boolean": (bool,), "null": (type(None),),
+}
+
+
+def _fact(path: str, types: str, description: str, items: str | None = None) -> Fact:
+    return Fact(path, tuple(types.split("|")), description, items)
+
+
+#: The facts the suite's own readers look into, with the types they need (a workload's facts live under
+#: ``workload``). A record whose fact has another type does not fit the schema: the reader says so in one line.
+FACTS: tuple[Fact, ...] = (
+    _fact("warmup_steps_excluded", "integer", "warm-up steps excluded from every figure"),
+    _fact("batch_size_used", "integer", "the per-device batch size of the batches the step received"),
+    _fact("global_batch_size", "integer", "samples per step over every rank"),
+    _fact("world_size", "integer", "processes training together (torchrun ranks)"),
+    _fact("nodes", "integer", "nodes the configuration ran on"),
+    _fact("precision_used", "string", "the precision the step ran in"),
+    _fact("loader_used", "string|null", "the loader whose batches reached the step (observed)"),
+    _fact("num_workers_used", "integer|null", "loader worker processes that ran (observed)"),
+    _fact("prefetch_factor_used", "integer|null", "batches each worker prepared ahead (observed)"),
+    _fact("step_times_s", "array", "every measured step's time, s (the raw series the headlines derive from)",
+          "number"),
+    _fact("data_wait_s", "array", "every measured step's wait for its batch, s", "number"),
+    _fact("measured_window_monotonic_s", "array", "the measured window's start and end on the monotonic clock, s",
+          "number"),
+    _fact("decoder_builds_per_step", "array", "device decoder pipelines built on each step's clock", "number"),
+    _fact("evaluations", "array", "each held-out evaluation: step, samples, time, figures", "object"),
+    _fact("device", "object", "the device as the adapter read it (name, count, driver, memory...)"),
+    _fact("device.device_name", "string|null", "the device's name"),
+    _fact("accelerator_environment", "object",
+          "environment variables that change an accelerator's results (credentials recorded as set, without their "
+          "value), visible devices, driver and runtime versions"),
+    _fact("workload", "object", "what the workload built: dataset, its fingerprint, tokenizer, weights, pipeline"),
+    _fact("contention", "object", "where the cores went in the measured window, and whether others used them"),
+    _fact("contention.contended", "boolean", "other processes or the hypervisor took a noticeable share of the cores"),
+    _fact("contention.others_share", "number", "share of the cores other processes used"),
+    _fact("run_params", "object", "the device's run settings recorded as MLflow params (run.<name>)"),
+    _fact("submission", "object", "MLPerf submission disclosures"),
+    _fact("cache_clear", "object", "whether the page cache was dropped before the run, and how"),
+    _fact("quality_target", "object", "the declared quality target and whether it was reached"),
+    _fact("memory_trend", "string|null", "plateau / growing / inconclusive: the worst of the host and device series"),
+    _fact("host_memory_trend", "object", "the host memory series' fit over the measured window"),
+    _fact("device_memory_trend", "object", "the device memory series' fit over the measured window"),
+    _fact("host_memory_samples", "object", "the host memory samples the fit used"),
+    _fact("device_memory_samples", "object", "the device memory samples the fit used"),
+    _fact("mfu", "string", "how the MFU was computed, or why it was not"),
+    _fact("device_peak_memory_source", "string", "what device_peak_memory_bytes reads"),
+    _fact("started_ahead", "boolean", "the configuration's process was started ahead of its turn"),
+    _fact("node_role", "string", "worker: another node measured and recorded this multi-node configuration"),
+    _fact("run_dir", "string", "the run's folder, relative to the results folder"),
+    _fact("log", "string", "the run's log, relative to the results folder"),
+    _fact("manifest", "string", "the run's manifest, relative to the results folder"),
+    _fact("mlperf_log", "string", "the run's MLPerf log, relative to the results folder"),
+    _fact("recording_errors", "array", "records of the run that could not be written"),
+    _fact("recorder_errors", "array", "recorders (MLflow) that could not take the run"),
+)
+_FACTS_BY_PATH = {fact.path: fact for fact in FACTS}
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    return next((name for name, types in _JSON_TYPES.items() if isinstance(value, types)), type(value).__name__)
+
+
+def _fits(value: Any, types: Sequence[str]) -> bool:
+    kind = _json_type(value)
+    if kind == "number" and isinstance(value, float) and not math.isfinite(value):
+        return False
+    return kind in types or (kind == "number" and isinstance(value, int) and "integer" in types) \
+        or (kind == "integer" and "number" in types)
+
+
+def misfit_fact(facts: Mapping[str, Any]) -> str | None:
+    """The first declared fact of ``facts`` whose value has a type :data:`FACTS` does not allow, said as
+    ``facts.contention is a string, not object`` (``None`` where every one fits)."""
+    for fact in FACTS:
+        parent: Any = facts
+        *outer, last = fact.path.split(".")
+        for key in outer:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if not isinstance(parent, dict) or last not in parent:
+            continue
+        value = parent[last]
+        if not _fits(value, fact.types):
+            kind = _json_type(value)
+            return f"facts.{fact.path} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not {' or '.join(fact.types)}"
+        if fact.items and isinstance(value, list):
+            bad = next((i for i, item in enumerate(value) if not _fits(item, (fact.items,))), None)
+            if bad is not None:
+                return f"facts.{fact.path}[{bad}] is {value[bad]!r}, not a finite {fact.items}"
+    return None
