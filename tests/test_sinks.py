@@ -127,3 +127,20 @@ def test_the_report_shows_control_characters_and_direction_overrides_as_escapes(
     page = (folder / "report.html").read_text()
     assert "\x1b" not in page and "\u202e" not in page
     assert "\\x1b[2J" in page and "\\u202eexe.txt" in page
+
+
+def test_the_screenshot_replaces_a_link_and_never_writes_through_it(recorded_matrix, tmp_path):
+    """`suite report --screenshot PATH` handed Chromium the link's resolved target."""
+    from suite.report.browser import find_chromium
+
+    if find_chromium() is None:
+        if os.environ.get("SUITE_REQUIRE_CHROMIUM"):
+            pytest.fail("Chromium is required here (SUITE_REQUIRE_CHROMIUM) and was not found")
+        pytest.skip("no Chromium on this machine (install Debian's chromium; CI does)")
+    folder = _copy(recorded_matrix, tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    targets = _plant_links(folder, ["shot.png"], outside)
+    assert main(["report", str(folder), "--screenshot", str(folder / "shot.png")]) == 0
+    _untouched(targets, folder)
+    assert (folder / "shot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -47,11 +47,19 @@ def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
 
 
 def screenshot(page: Path, png: Path, width: int = 1400, height: int = 2600, timeout_s: float = 120) -> Path:
-    """Render ``page`` (an HTML file) to ``png`` at ``width`` x ``height`` CSS pixels."""
-    png.parent.mkdir(parents=True, exist_ok=True)
-    _run([f"--window-size={width},{height}", f"--screenshot={png.resolve()}", page.resolve().as_uri()], timeout_s)
-    if not png.is_file() or png.stat().st_size == 0:
-        raise SuiteError(f"Chromium wrote no screenshot to {png}")
+    """Render ``page`` (an HTML file) to ``png`` at ``width`` x ``height`` CSS pixels. Chromium writes into a folder
+    of its own; the picture is then made new at ``png`` and renamed into place (a link there is replaced, never
+    written through)."""
+    import tempfile
+
+    from suite.fileio import write_bytes_atomic
+
+    with tempfile.TemporaryDirectory(prefix="suite-screenshot-") as scratch:
+        shot = Path(scratch) / "page.png"
+        _run([f"--window-size={width},{height}", f"--screenshot={shot}", page.resolve().as_uri()], timeout_s)
+        if not shot.is_file() or shot.stat().st_size == 0:
+            raise SuiteError(f"Chromium wrote no screenshot for {png}")
+        write_bytes_atomic(png, shot.read_bytes())
     return png
 
 
