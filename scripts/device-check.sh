@@ -1,19 +1,18 @@
 #!/usr/bin/env bash
-# The device check, on a fresh GPU or Gaudi2 machine with only pip access (details: scripts/device_check.py):
-#   bash scripts/device-check.sh [cuda|h100|a100|gaudi2]     # default cuda: any NVIDIA card, recorded
-# Prints the environment, stops with the adapter's reason (exit 3) where the device is absent, installs the extras
-# matching the installed torch, runs the tiny matrix (loaders cpu, cpu-fast, device, dali x workers 0, 2 x fp32, bf16,
-# plus hf-trainer), compare and bench-loader, writes $OUT/device-check.json, and exits 1 if any configuration FAILED.
-# Environment: PYTHON (default python3), OUT (results folder), STEPS (default 20), NO_INSTALL=1 (use the env as is).
+# The device check, on a GPU or Gaudi2 machine, in one call (details: scripts/device_check.py):
+#   bash scripts/device-check.sh [cuda|h100|a100|gaudi2] [--plan] [--use-installed-torch] [--wheelhouse DIR]
+# Reads the driver, makes a virtual environment of its own (never pip into the system Python) with the torch the tests
+# run built for the CUDA the driver runs (or, with --use-installed-torch, the interpreter's own torch; with
+# --wheelhouse, only from that folder), runs a smoke test and the published shape (large, bf16, batch 48) for workers
+# 0/1/2 and the device decoders inside --budget seconds (default 480), prints the blog-comparable table, writes
+# $OUT/device-check.json. --plan prints all of that and changes nothing. Exit 1: a configuration FAILED, left no
+# record, or decoded its images on the host; 2: no environment can be made; 3: the device is absent (with the reason).
+# Environment: PYTHON (the interpreter, default python3), OUT (results folder), BUDGET, STEPS.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 PYTHON="${PYTHON:-python3}"
-if ! "$PYTHON" -c "import suite, torch" 2>/dev/null; then
-  if [ -n "${NO_INSTALL:-}" ]; then
-    echo "device-check: FAILED: the suite is not installed in $PYTHON and NO_INSTALL is set" >&2
-    exit 2
-  fi
-  echo "device-check: installing the suite (and torch) into $PYTHON"
-  "$PYTHON" -m pip install --quiet -e "$HERE/.."
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+  echo "device-check: FAILED: $PYTHON is not a Python >= 3.10 (set PYTHON)" >&2
+  exit 2
 fi
-exec "$PYTHON" "$HERE/device_check.py" ${NO_INSTALL:+--no-install} "$@"
+exec "$PYTHON" "$HERE/device_check.py" --python "$(command -v "$PYTHON")" "$@"

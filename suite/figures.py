@@ -101,7 +101,11 @@ FIGURES: tuple[Figure, ...] = (
        "them", **_ABOVE_0),
     _f("model_flops_per_s", "FLOP/s", "throughput", "model FLOP per step times steps per second", **_ABOVE_0),
     _f("mfu", "1", "throughput",
-       "model FLOP utilization: model FLOP/s over the device's peak for the precision that ran", **_AT_LEAST_0),
+       "model FLOP utilization: model FLOP/s over the device's dense peak for the precision that ran",
+       **_AT_LEAST_0),
+    _f("mfu_bf16_peak", "1", "throughput",
+       "model FLOP utilization against the dense bf16 peak whatever the precision (runs recorded before 2026-12-08)",
+       **_AT_LEAST_0),
     # step times
     _f("step_time_p50_s", "s", "step_time", "median time of a measured step", compares=True, **_ABOVE_0),
     _f("step_time_p90_s", "s", "step_time", "90th percentile of the measured steps' times", **_ABOVE_0),

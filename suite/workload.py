@@ -139,6 +139,14 @@ class Workload(ABC):
         log's division is then ``closed``, else ``open``)."""
         return [f"workload {cls.name!r} publishes no recipe"]
 
+    @classmethod
+    def method_deviations(cls, config: "RunConfig", run_params: Mapping[str, str]) -> list[str]:
+        """How a run measured differently from the published method its figures are set beside (``run_params``: how
+        the device ran, as :func:`suite.devices.base.run_params` records it): e.g. deterministic kernels where the
+        published method ran without. Recorded with every run and said wherever runs are set beside published
+        figures; empty for a workload that publishes no method."""
+        return []
+
     def observed_loader(self) -> dict[str, Any]:
         """The loader that ran, read from the objects that ran it, never copied from the config (the audit
         compares the two): ``loader`` (which of :data:`suite.config.LOADERS` produced the batches, judged by the

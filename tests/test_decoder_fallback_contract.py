@@ -20,7 +20,7 @@ import torch
 
 from suite.cli import main
 from suite.decoders.base import DecodeError, Decoder
-from suite.decoders.fallback import decode_with_fallback, placeholder_jpeg
+from suite.decoders.fallback import DecoderBroken, decode_with_fallback, placeholder_jpeg
 from suite.errors import SuiteError
 from suite.imaging import ImageKind, decode_to_rgb_tensor
 
@@ -160,6 +160,34 @@ def test_an_image_neither_the_device_nor_the_host_decodes_is_named():
     with pytest.raises(DecodeError) as caught:
         decode_with_fallback(decoder, encoded, [ImageKind.of(d) for d in encoded], 64, MEAN, STD, _finish)
     assert caught.value.image_index == 1 and "on the host too" in str(caught.value)
+
+
+@pytest.mark.parametrize("refused_by_header", [0, 1])
+def test_a_decoder_that_fails_on_every_image_of_a_batch_fails_instead_of_decoding_on_the_host(refused_by_header):
+    """Issue 47 (5): torchvision built for another CUDA major than torch fails on every image; each went to Pillow and
+    the run ended FINISHED, a host-decoding run recorded as device decoding."""
+    corpus = odd_images()
+    encoded = [corpus["grayscale.jpg"], corpus["progressive.jpg"]] + [corpus["plain.bmp"]] * refused_by_header
+    decoder = _FailingOn(set(encoded), with_index=False)
+    decoder.refusal = lambda kind: "not a JPEG" if kind.format != "JPEG" else None
+    with pytest.raises(DecoderBroken, match=r"failing failed on every one of the 2 image\(s\) of a batch it should "
+                                            r"decode \(first: failing failed: RuntimeError: nvjpegDecodeBatched"):
+        decode_with_fallback(decoder, encoded, [ImageKind.of(d) for d in encoded], 64, MEAN, STD, _finish)
+
+
+@pytest.mark.e2e
+def test_a_broken_device_decoder_fails_the_configuration_with_its_words(tmp_path, test_plugins):
+    from conftest import runs_of
+
+    from suite.cli import main
+
+    code = main(["run", "--device", "broken-decoder-standin", "--loader", "device", "--workers", "0", "--steps", "2",
+                 "--warmup-steps", "0", "--no-progress", "--system-metrics-interval", "0", "--output",
+                 str(tmp_path / "out"), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    run, = runs_of(tmp_path / "out")
+    assert code == 1 and run["status"] == "FAILED", run["reason"]
+    assert "broken-standin failed on every one of the 8 image(s)" in run["reason"]
+    assert "Couldn't load custom C++ ops" in run["reason"]
 
 
 def test_a_missing_decoder_library_is_not_taken_for_a_bad_image(monkeypatch):

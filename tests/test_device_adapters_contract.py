@@ -27,7 +27,7 @@ from suite.devices.base import child_environment, run_params
 import torch
 
 from suite.cli import main
-from suite.devices.cuda import A100Adapter, CUDAAdapter, H100Adapter, peak_bf16_flops
+from suite.devices.cuda import A100Adapter, CUDAAdapter, H100Adapter, peak_flops
 from suite.devices.gaudi2 import GAUDI2_PEAK_BF16_FLOPS, Gaudi2Adapter
 from suite.errors import DeviceUnavailableError, SuiteError
 
@@ -58,8 +58,18 @@ def standin_cuda(monkeypatch):
     monkeypatch.setattr(cuda, "max_memory_allocated", lambda d=None: 123 * 2**20)
     monkeypatch.setattr(cuda, "max_memory_reserved", lambda d=None: 200 * 2**20)
     monkeypatch.setattr(cuda, "memory_allocated", lambda d=None: 100 * 2**20)
-    monkeypatch.setattr(cuda, "is_bf16_supported", lambda: True)
-    props = types.SimpleNamespace(name=state["name"], major=9, minor=0, total_memory=80 * 2**30)
+    state["bf16"] = "native"  # or "emulated" (a pre-Ampere card) or "none"
+    monkeypatch.setattr(cuda, "is_bf16_supported",
+                        lambda including_emulation=True: state["bf16"] == "native"
+                        or (including_emulation and state["bf16"] == "emulated"))
+    state["uuid"] = "58d2b77a-1c3e-4f05-9ad2-4e8f0d4c3b21"  # as torch reports it: no "GPU-" prefix
+    props = types.SimpleNamespace(name=state["name"], major=9, minor=0, total_memory=80 * 2**30, uuid=state["uuid"])
+
+    class Stream:
+        def synchronize(self):
+            calls.record("stream.synchronize")
+
+    monkeypatch.setattr(cuda, "current_stream", lambda d=None: Stream())
     monkeypatch.setattr(cuda, "get_device_properties", lambda d: props)
     monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
 
@@ -80,6 +90,7 @@ def standin_cuda(monkeypatch):
     nvml = types.ModuleType("pynvml")
     nvml.nvmlInit = lambda: calls.record("nvmlInit")
     nvml.nvmlDeviceGetHandleByIndex = lambda i: ("handle", i)
+    nvml.nvmlDeviceGetHandleByUUID = lambda u: calls.record("nvmlDeviceGetHandleByUUID", u) or ("handle", u)
     nvml.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=os.getpid(),
                                                                                  usedGpuMemory=300 * 2**20)]
     nvml.nvmlSystemGetDriverVersion = lambda: b"570.86"
@@ -108,20 +119,35 @@ def test_cuda_contract_sync_seed_memory_and_facts(standin_cuda, monkeypatch):
     adapter.memory().reset_peak()
     memory = adapter.memory().peak()
     assert memory.peak_bytes == 123 * 2**20
-    assert memory.source == "torch.cuda.max_memory_allocated; driver view: NVML, this process"
-    assert memory.extra == {"reserved_peak": 200 * 2**20, "nvml_process_used_at_end": 300 * 2**20}
+    assert memory.source.startswith("torch.cuda.max_memory_allocated; driver view: NVML, this process; this "
+                                    "process's peak sampled every 0.2 s")
+    assert memory.extra == {"reserved_peak": 200 * 2**20, "nvml_process_used_at_end": 300 * 2**20,
+                            "nvml_process_used_peak": 300 * 2**20}
+    assert ("nvmlDeviceGetHandleByUUID", f"GPU-{standin_cuda[1]['uuid']}") in calls  # the card torch uses
     assert adapter.memory().current_bytes() == 100 * 2**20  # torch.cuda.memory_allocated: the trend's series
     info = adapter.facts()
     assert info["device_name"] == "NVIDIA H100 80GB HBM3" and info["driver_version"] == "570.86"
-    assert info["peak_bf16_flops"] == pytest.approx(989.4e12) and info["compute_capability"] == "9.0"
+    assert info["peak_flops"] == {"bf16": pytest.approx(989.4e12), "fp32": pytest.approx(66.9e12)}
+    assert info["compute_capability"] == "9.0"
     assert adapter.traits.distributed_backend == "nccl" and adapter.numerics().supported() == ("fp32", "bf16")
+    import torch.utils.deterministic
+
     try:
+        torch.backends.cudnn.allow_tf32 = True  # torch's own default
+        adapter.numerics().pin_numerics()  # whatever the determinism, fp32 is fp32
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+        assert run_params(adapter)["deterministic_algorithms"] == "false"
         adapter.numerics().make_deterministic()
-        assert torch.backends.cudnn.deterministic and not torch.backends.cuda.matmul.allow_tf32
-        assert run_params(adapter)["cuda.tf32"] == "false"
+        assert torch.backends.cudnn.deterministic and torch.are_deterministic_algorithms_enabled()
+        # issue 47 (8): determinism without torch filling every torch.empty with NaN (a cost, not a result)
+        assert torch.utils.deterministic.fill_uninitialized_memory is False
+        params = run_params(adapter)
+        assert params["cuda.tf32"] == "false" and params["deterministic_algorithms"] == "true"
+        assert params["cuda.cudnn_deterministic"] == "true" and params["fill_uninitialized_memory"] == "false"
     finally:
         torch.use_deterministic_algorithms(False)
         torch.backends.cudnn.deterministic = False
+        torch.utils.deterministic.fill_uninitialized_memory = True
 
 
 def test_cuda_contract_decodes_a_batch_with_nvjpeg_and_refuses_non_jpeg(standin_cuda, monkeypatch):
@@ -131,8 +157,11 @@ def test_cuda_contract_decodes_a_batch_with_nvjpeg_and_refuses_non_jpeg(standin_
     adapter = _set_up(CUDAAdapter(), monkeypatch)
     decoder = adapter.decoders.for_loader("device")
     assert decoder.name == "nvjpeg" and adapter.decoders.for_loader("dali").name == "dali"
+    calls.clear()
     images = decoder([b"\xff\xd8a", b"\xff\xd8b"], 8, (0.5,) * 3, (0.25,) * 3)
-    assert len(images) == 2 and ("decode_jpeg", 2, "RGB", "cuda:0") in calls  # one call per batch
+    # one call per batch, between a drain of this stream and a device-wide synchronize (pytorch/vision #9606)
+    assert len(images) == 2 and calls == [("stream.synchronize",), ("decode_jpeg", 2, "RGB", "cuda:0"),
+                                          ("synchronize", "cuda:0")]
     with pytest.raises(DecodeError, match="nvJPEG decodes JPEG only") as failure:
         decoder([b"\xff\xd8a", b"\x89PNG"], 8, (0.5,) * 3, (0.25,) * 3)
     assert failure.value.image_index == 1
@@ -152,6 +181,7 @@ def test_cuda_contract_model_adapters_refuse_other_cards(standin_cuda):
 @pytest.mark.parametrize("name, h100, a100", [
     ("NVIDIA H100 80GB HBM3", True, False), ("NVIDIA H100 PCIe", True, False), ("NVIDIA H100 NVL", True, False),
     ("NVIDIA A100-SXM4-80GB", False, True), ("NVIDIA A100 80GB PCIe", False, True),
+    ("NVIDIA A100-SXM-80GB", False, True),  # a DGX A100's card, as its driver names it
     # substrings of product names are not products (defect 8: "A100" in "RTX A1000", "H100" in "H100X")
     ("NVIDIA RTX A1000", False, False), ("NVIDIA RTX A1000 6GB Laptop GPU", False, False),
     ("NVIDIA H200 NVL", False, False), ("NVIDIA GeForce RTX 4090", False, False)])
@@ -165,12 +195,41 @@ def test_cuda_cards_are_matched_by_exact_product_name(standin_cuda, name, h100, 
 
 
 def test_cuda_peak_flops_table():
-    assert peak_bf16_flops("NVIDIA A100-SXM4-80GB") == 312e12
-    assert peak_bf16_flops("NVIDIA H100 PCIe") == 756e12
-    assert peak_bf16_flops("NVIDIA H100 80GB HBM3") == pytest.approx(989.4e12)
-    assert peak_bf16_flops("NVIDIA H200 NVL") == 835e12  # not the SXM H200's 989.4 (MFU would read 16 % low)
-    assert peak_bf16_flops("NVIDIA RTX A1000") is None  # not an A100: no 312 TFLOP/s
-    assert peak_bf16_flops("NVIDIA GeForce RTX 4090") is None  # unknown: no MFU, never a guess
+    assert peak_flops("NVIDIA A100-SXM4-80GB", "bf16") == 312e12
+    assert peak_flops("NVIDIA H100 PCIe", "bf16") == 756e12
+    assert peak_flops("NVIDIA H100 80GB HBM3", "bf16") == pytest.approx(989.4e12)
+    assert peak_flops("NVIDIA H200 NVL", "bf16") == 835e12  # not the SXM H200's 989.4 (MFU would read 16 % low)
+    assert peak_flops("NVIDIA RTX A1000", "bf16") is None  # not an A100: no 312 TFLOP/s
+    assert peak_flops("NVIDIA GeForce RTX 4090", "bf16") is None  # unknown: no MFU, never a guess
+    # issue 47 (10): an fp32 run's MFU is against the fp32 peak (TF32 off), not the bf16 one (15x higher on H100)
+    assert peak_flops("NVIDIA H100 80GB HBM3", "fp32") == pytest.approx(66.9e12)
+    assert peak_flops("NVIDIA A100-SXM-80GB", "fp32") == 19.5e12
+
+
+def test_bf16_is_offered_only_where_the_card_computes_it(standin_cuda, monkeypatch):
+    """Issue 47 (10): torch's plain is_bf16_supported() says yes on pre-Ampere cards, through emulation."""
+    _, state, _ = standin_cuda
+    adapter = _set_up(CUDAAdapter(), monkeypatch)
+    assert adapter.numerics().supported() == ("fp32", "bf16")
+    state["bf16"] = "emulated"
+    assert torch.cuda.is_bf16_supported() and adapter.numerics().supported() == ("fp32",)
+
+
+def test_the_real_is_bf16_supported_takes_the_emulation_switch():
+    import inspect
+
+    assert "including_emulation" in inspect.signature(torch.cuda.is_bf16_supported).parameters
+
+
+def test_nvml_finds_the_card_by_the_uuid_torch_reports_whatever_cuda_visible_devices_holds(standin_cuda,
+                                                                                          monkeypatch):
+    """Issue 47 (10): with CUDA_VISIBLE_DEVICES=GPU-<uuid>, NVML's index was looked up as int("GPU-...")."""
+    calls, state, _ = standin_cuda
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"GPU-{state['uuid']}")
+    adapter = _set_up(CUDAAdapter(), monkeypatch)
+    adapter.memory().reset_peak()
+    assert adapter.memory().peak().extra["nvml_process_used_at_end"] == 300 * 2**20
+    assert ("nvmlDeviceGetHandleByUUID", f"GPU-{state['uuid']}") in calls
 
 
 def test_nvml_without_this_process_falls_back_to_the_device_figure_named_as_such(standin_cuda, monkeypatch):
@@ -301,7 +360,7 @@ def test_gaudi2_contract_lazy_mode_sync_seed_memory_and_optimizer(standin_habana
     assert params_recorded["hpu.mode"] == "lazy" and "FusedAdamW" in params_recorded["hpu.optimizer"]
     assert params_recorded["hpu.PT_HPU_LAZY_MODE"] == "1" and params_recorded["hpu.PT_HPU_LAZY_MODE_found"] == "unset"
     info = adapter.facts()
-    assert info["peak_bf16_flops"] == GAUDI2_PEAK_BF16_FLOPS and info["device_count"] == 8
+    assert info["peak_flops"] == {"bf16": GAUDI2_PEAK_BF16_FLOPS} and info["device_count"] == 8
     assert info["hpu_mode"] == "lazy" and adapter.traits.distributed_backend == "hccl"
     assert adapter.decoders.for_loader("device").name == "habana-media-pipe" and "dali" not in adapter.traits.supported_loaders
 
@@ -478,7 +537,25 @@ def test_the_cpu_matrix_counts_model_flops_without_a_peak(tmp_path):
     assert code == 0
     [cpu] = runs_of(tmp_path / "out")
     m = cpu["metrics"]
-    assert m["model_flops_per_step"] > 0 and m["model_flops_per_s"] > 0 and "mfu_bf16_peak" not in m
+    assert m["model_flops_per_step"] > 0 and m["model_flops_per_s"] > 0 and "mfu" not in m
+    assert cpu["facts"]["mfu"] == "not computed: no fp32 peak FLOP/s is known for this device"
+
+
+@pytest.mark.parametrize("precision,peak", [("bf16", 989.4e12), ("fp32", 66.9e12)])
+def test_mfu_is_against_the_peak_of_the_precision_that_ran(precision, peak):
+    """Issue 47 (10): an fp32 run reported its MFU against the bf16 peak."""
+    from suite.config import RunConfig
+    from suite.results.record import RunResult
+    from suite.run.ranks import Rank
+    from suite.run.training import _record_flops
+
+    config = RunConfig(workload="bridgetower", preset="large", device="h100", num_workers=0, loader="cpu",
+                       precision=precision)
+    result = RunResult(config, "FINISHED", metrics={"measured_steps": 10.0, "measured_wall_s": 10.0},
+                       facts={"device": {"peak_flops": {"bf16": 989.4e12, "fp32": 66.9e12}}})
+    _record_flops(result, 1e13, Rank(0, 0, 1))
+    assert result.metrics["mfu"] == pytest.approx(1e13 / peak)
+    assert f"dense {precision} peak" in result.facts["mfu"]
 
 
 # --- the accelerator environment that changes results is recorded (issue 25, defect 11) -------------------------
@@ -523,3 +600,42 @@ def test_a_run_records_its_accelerator_environment_in_the_manifest_and_one_mlflo
     assert not [key for key in child.data.tags if "NCCL_DEBUG" in key or "accelerator_environment" in key]
     path = client.download_artifacts(child.info.run_id, "accelerator_environment.json", str(tmp_path / "dl"))
     assert json.loads(Path(path).read_text())["variables"]["NCCL_DEBUG"] == "INFO"
+
+
+def test_gaudi2_under_torchrun_binds_each_rank_to_its_card_before_one_is_acquired(standin_habana, monkeypatch):
+    """Issue 47 (6): availability() acquired a card by type before the HCCL module's import set HLS_MODULE_ID from
+    the local rank (bridge 1.19): HLML could then read another card, and multi-node acquisition by module id fails."""
+    calls, _ = standin_habana
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.delenv("HLS_MODULE_ID", raising=False)
+    Gaudi2Adapter(local_rank=1).setup()
+    order = [c for c in calls if c[0] in ("hccl imported", "acquire")]
+    assert order[:2] == [("hccl imported", "1"), ("acquire", "1")]
+
+
+def test_gaudi2_alone_acquires_by_type_as_the_bridge_does(standin_habana, monkeypatch):
+    calls, _ = standin_habana
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("HLS_MODULE_ID", raising=False)
+    Gaudi2Adapter().setup()
+    assert [c for c in calls if c[0] == "acquire"] == [("acquire", None)]
+
+
+def test_a_gaudi2_configuration_runs_lazy_as_published_unless_told_otherwise(monkeypatch):
+    """Issue 47 (7): where the stack defaults to eager, the published method (lazy) is what a configuration runs;
+    a user's PT_HPU_LAZY_MODE=0 is honoured and recorded as a deviation from the published method."""
+    from workloads.bridgetower.workload import BridgeTowerWorkload
+
+    monkeypatch.delenv("PT_HPU_LAZY_MODE", raising=False)
+    assert child_environment(Gaudi2Adapter, 1) == {"PT_HPU_LAZY_MODE": "1"}
+    assert child_environment(Gaudi2Adapter, 8) == {"PT_HPU_LAZY_MODE": "1"}
+    monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")
+    assert child_environment(Gaudi2Adapter, 1) == {}
+    config = __import__("suite.config", fromlist=["RunConfig"]).RunConfig(
+        workload="bridgetower", preset="large", device="gaudi2", num_workers=2, loader="cpu", precision="bf16")
+    assert BridgeTowerWorkload.method_deviations(config, {"hpu.mode": "lazy", "deterministic_algorithms": "false"}) \
+        == []
+    assert BridgeTowerWorkload.method_deviations(config, {"hpu.mode": "eager", "deterministic_algorithms": "true"}) \
+        == ["deterministic_algorithms true (the published method: false, torch's deterministic algorithms off "
+            "(faster on CUDA))", "hpu.mode eager (the published method: lazy, Habana's lazy mode)"]

@@ -20,6 +20,8 @@ def test_both_engines_run_side_by_side_with_the_trainers_own_figure(tmp_path, ca
     code = main(["run", "--engine", "suite,hf-trainer", "--workers", "0", "--steps", "3", "--warmup-steps", "1",
                  "--output", str(tmp_path / "out"), "--tracking-uri", uri, "--no-progress"])
     assert code == 0
+    # issue 47 (10): accelerate's one-batch prefetch shifts hf-trainer's per-step data wait: said where it is shown
+    assert "per-step waits are shifted by one step" in capsys.readouterr().out
     suite_run, trainer_run = runs_of(tmp_path / "out")
     assert suite_run["config"]["engine"] == "suite" and trainer_run["config"]["engine"] == "hf-trainer"
     for run in (suite_run, trainer_run):
@@ -29,6 +31,7 @@ def test_both_engines_run_side_by_side_with_the_trainers_own_figure(tmp_path, ca
     assert m["trainer_train_samples_per_second"] > 0 and m["trainer_train_runtime"] > 0
     assert "trainer_train_samples_per_second" not in suite_run["metrics"]
     assert trainer_run["facts"]["workload"]["trainer"] == "transformers.trainer.Trainer"
+    assert "shifted by one step" in trainer_run["facts"]["engine"]
     assert trainer_run["facts"]["workload"]["optimizer"].startswith("AdamW")
     client = MlflowClient(tracking_uri=uri)
     runs = client.search_runs(client.search_experiments()[0].experiment_id, "tags.`suite.role` = 'configuration'")

@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from suite.cli import main
+from suite.decoders.dali import dali_threads
 from suite.errors import SuiteError
 
 from conftest import cpu_adapter, require, runs_of
@@ -108,8 +109,19 @@ def test_the_dali_loader_trains_three_steps_on_the_cpu(tmp_path):
     assert [r["status"] for r in runs] == ["FINISHED"]  # encoded bytes from 2 workers, decoded by DALI
     for run in runs:
         assert len(run["losses"]) == 4 and all(math.isfinite(x) for x in run["losses"])
-        assert run["facts"]["loader_used"] == "dali" and run["facts"]["decoder_used"] == "dali"
+        assert run["facts"]["loader_used"] == "dali"
+        assert run["facts"]["decoder_used"] == f"dali ({dali_threads()} host threads)"
         assert run["metrics"]["host_cpu_cores_decoder_threads"] >= 0.0  # DALI's threads, counted apart
+
+
+def test_dali_gets_every_core_of_the_configuration_but_one(monkeypatch):
+    """Issue 47 (10): DALI's num_threads=2 starved its host-side decode on a 16-core box."""
+    from suite.decoders.dali import DaliDecoder
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert dali_threads() == 15 and DaliDecoder(None).num_threads == 15
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert dali_threads() == 2
 
 
 def test_a_dali_build_for_another_cuda_major_is_refused_with_the_wheel_to_install():

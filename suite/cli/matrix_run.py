@@ -44,8 +44,8 @@ def spec_from_args(args: argparse.Namespace) -> MatrixSpec:
 class MatrixRun:
     outcome: Any
     store: Any  # the results folder, still locked: the caller adds its own files, then releases it
-    tracking_uri: str
-    recorder: Any
+    tracking_uri: str | None  # None: MLflow is not installed here, the folder alone holds the records
+    recorder: Any  # None without MLflow
     where: dict[str, Any]
 
 
@@ -61,7 +61,8 @@ def _refuse_memory_limit(devices: Sequence[str]) -> None:
                               f"--memory-limit out for device {device}")
 
 
-def _say_outcome(outcome: Any, store: ResultsStore, recorder: Any, tracking_uri: str, report: bool) -> dict[str, str]:
+def _say_outcome(outcome: Any, store: ResultsStore, recorder: Any, tracking_uri: str | None, report: bool
+                 ) -> dict[str, str]:
     """The tables, the time line, warnings and errors on the terminal, the report written; returns where each record
     is."""
     info, output = store.matrix_info, store.root
@@ -72,13 +73,15 @@ def _say_outcome(outcome: Any, store: ResultsStore, recorder: Any, tracking_uri:
         say(f"suite: warning: {visible(changed)}", file=sys.stderr)
     if info.repeats > 1:
         print_scores_table(outcome.scores)
-    where = {"results": str(store.root / "results.json"), **recorder.describe()}
+    where = {"results": str(store.root / "results.json"),
+             **(recorder.describe() if recorder is not None else
+                {"mlflow": f"not recorded (MLflow is not installed here): suite upload {output}"})}
     written = _write_report(store.root, recorder, outcome) if report else None
     if written is not None:
         where["report"] = str(written)
     for error in outcome.recorder_errors:
         say(f"suite: error: {error}\nsuite: the results folder holds every run; record them into MLflow with: "
-              f"suite upload {output} --tracking-uri {redact_uri(tracking_uri)}", file=sys.stderr)
+              f"suite upload {output} --tracking-uri {redact_uri(tracking_uri or '')}", file=sys.stderr)
     if outcome.recording_error is not None:
         kept = (f"{len(outcome.results)} run(s) kept in {outcome.rescue_file}; after freeing space: "
                 f"suite recover {output} --from {outcome.rescue_file}") if outcome.rescue_file else \
@@ -106,12 +109,18 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
     first = start_first(resolved, getattr(args, "repeats", 1), int(memory_limit * 2**30) if memory_limit else None) \
         if getattr(args, "start_ahead", True) else []
     # MLflow's import (~1.7 s here) only now, beside those processes' imports, not before them
-    from suite.tracking.mlflow_gateway import MlflowGateway
+    from suite.tracking.mlflow_gateway import MlflowGateway, mlflow_missing
     from suite.tracking.mlflow_recorder import MlflowRecorder
 
     try:
-        tracking_uri = args.tracking_uri or default_tracking_uri()
-        check_reachable(tracking_uri)
+        missing = mlflow_missing()
+        if missing is not None and args.tracking_uri:
+            raise ConfigError(f"--tracking-uri needs MLflow, which cannot be imported here ({missing}): leave it "
+                              "out to record to the results folder only, then `suite upload FOLDER --tracking-uri URI` "
+                              "from a machine with MLflow")
+        tracking_uri = None if missing is not None else args.tracking_uri or default_tracking_uri()
+        if tracking_uri is not None:
+            check_reachable(tracking_uri)
         store = _create_store(spec, workload_cls, resolved, args, argv, kind, tracking_uri, memory_limit, started_at)
     except BaseException:
         for process in first:
@@ -119,15 +128,20 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
         raise
     info, output = store.matrix_info, store.root
     try:
-        recorder = MlflowRecorder(MlflowGateway(tracking_uri), args.experiment,
-                                  system_metrics_interval_s=args.system_metrics_interval or None)
-        display = PlainProgress() if args.no_progress else RichProgress(len(resolved) * info.repeats,
-                                                                        _history(tracking_uri, resolved, info.repeats))
+        recorder = None
+        if tracking_uri is not None:
+            recorder = MlflowRecorder(MlflowGateway(tracking_uri), args.experiment,
+                                      system_metrics_interval_s=args.system_metrics_interval or None)
+        else:
+            say(f"suite: MLflow is not installed here ({missing}): recording to the results folder only; record it "
+                f"into MLflow later, from any machine with MLflow: suite upload {output}", file=sys.stderr)
+        history = _history(tracking_uri, resolved, info.repeats) if tracking_uri is not None else None
+        display = PlainProgress() if args.no_progress else RichProgress(len(resolved) * info.repeats, history)
         say(f"suite: {len(resolved)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
         with display:
             handed, first = first, []  # run_matrix owns them from here
-            outcome = run_matrix(resolved, store, [recorder], display, start_ahead=getattr(args, "start_ahead", True),
-                                 started_at=started_at, started=handed)
+            outcome = run_matrix(resolved, store, [recorder] if recorder is not None else [], display,
+                                 start_ahead=getattr(args, "start_ahead", True), started_at=started_at, started=handed)
     except BaseException:
         for process in first:
             process.cancel()
@@ -149,7 +163,7 @@ def refuse_unavailable_devices(devices: Sequence[str]) -> None:
 
 
 def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunConfig], args: argparse.Namespace,
-                  argv: Sequence[str], kind: str, tracking_uri: str, memory_limit: float | None,
+                  argv: Sequence[str], kind: str, tracking_uri: str | None, memory_limit: float | None,
                   started_at: float) -> Any:
     """The workload's check of its inputs, then the new results folder with the matrix's facts (locked); the matrix
     began at ``started_at`` (the process's start: its wall time counts from there)."""
@@ -174,7 +188,8 @@ def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunCon
                       repeats=getattr(args, "repeats", 1),
                       memory_limit_bytes=int(memory_limit * 2**30) if memory_limit else None,
                       experiment=args.experiment, tags=tags, params={k: param_text(v) for k, v in params.items()},
-                      tracking_uri=redact_uri(normalize_uri(tracking_uri)), matrix_id=getattr(args, "matrix_id", None),
+                      tracking_uri=redact_uri(normalize_uri(tracking_uri)) if tracking_uri else None,
+                      matrix_id=getattr(args, "matrix_id", None),
                       shard="{}/{}".format(*args.shard) if getattr(args, "shard", None) else None,
                       started_at=started_at)
     return ResultsStore.create(output, info)
@@ -195,7 +210,7 @@ def _write_report(folder: Path, recorder: Any, outcome: Any) -> Path | None:
     except SuiteError as exc:
         say(f"suite: warning: no report: {visible(exc)}", file=sys.stderr)
         return None
-    if recorder.parent_run_id and not outcome.recorder_errors:
+    if recorder is not None and recorder.parent_run_id and not outcome.recorder_errors:
         try:
             recorder.attach_report(*mlflow_summary(content), [files.html, files.markdown, *files.images])
         except Exception as exc:  # noqa: BLE001 - MLflow is optional: the report is in the folder

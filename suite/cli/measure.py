@@ -187,7 +187,7 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         summary = run.store.write_json("tune.json", outcome.to_dict())
     finally:
         run.store.release()
-    if run.recorder.parent_run_id and not run.outcome.recorder_errors:
+    if run.recorder is not None and run.recorder.parent_run_id and not run.outcome.recorder_errors:
         log_tune(run.recorder.gateway, run.recorder.parent_run_id, outcome, [png, summary])
     best, pick = outcome.best, outcome.recommended
     print_tune_table(outcome)

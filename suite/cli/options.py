@@ -128,6 +128,9 @@ def add_configuration_options(parser: argparse.ArgumentParser, matrix: bool, ste
     parser.add_argument("--batch-size", type=int_at_least(1), default=None,
                         help="per-device batch size (default: the preset's fixed one; recorded either way)")
     parser.add_argument("--seed", type=int_at_least(0), default=DEFAULT_SEED, help="seed of every RNG (default: 42)")
+    parser.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
+                        help="deterministic kernels (bit-identical re-runs; the default); --no-deterministic runs as "
+                             "the published method did, faster on CUDA, and is recorded as such (default: on)")
     parser.add_argument("--dataset", default=None,
                         help="'synthetic' (default, generated locally), 'newyorker' (the published dataset from the "
                              "hub, pinned revision) or an imagefolder path (images + metadata.jsonl)")

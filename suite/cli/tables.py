@@ -10,6 +10,7 @@ from suite.analysis.bottleneck import explanations
 from suite.analysis.host_ram_figures import HOST_RAM_FIGURES, HOST_RAM_NOTE
 from suite.analysis.scoring import ConfigScore
 from suite.cli.display import MiB, narrow, say, wide_console, wrapped
+from suite.config import ENGINE_NOTES
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.meters.contention import interference
 from suite.results.record import FINISHED, RunResult
@@ -90,6 +91,8 @@ def _print_results_notes(results: Sequence[RunResult]) -> None:
         say(HOST_RAM_NOTE)
     if any(r.config.device == "cpu" for r in results):
         say(DEVICE_MEMORY_NOTE)
+    for engine in sorted({r.config.engine for r in results} & set(ENGINE_NOTES)):
+        say(ENGINE_NOTES[engine])
     finished = [r for r in results if r.status == FINISHED]
     said = [(r, text) for r, text in zip(finished, explanations([(r.config, r.metrics) for r in finished]),
                                          strict=True) if text]
@@ -184,6 +187,8 @@ def print_compare_table(rows: Sequence[Any], base: Any, ratios: Sequence[float])
     print(HOST_RAM_NOTE)
     if any(row.config.device == "cpu" for row in rows):
         print(DEVICE_MEMORY_NOTE)
+    for engine in sorted({row.config.engine for row in rows} & set(ENGINE_NOTES)):
+        print(ENGINE_NOTES[engine])
     if any(row.contended for row in rows):
         print("[busy host]: other processes used the cores (or the hypervisor stole them) while it was measured; "
               "its figures are not the machine's", file=sys.stderr)

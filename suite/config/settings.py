@@ -17,6 +17,12 @@ LOADERS = ("cpu", "cpu-fast", "device", "dali")
 #: ``suite``: the suite's own training loop; ``hf-trainer``: transformers' ``Trainer`` (optimum-habana's
 #: ``GaudiTrainer`` on Gaudi2), as the published benchmark ran, measured with the suite's accounting.
 ENGINES = ("suite", "hf-trainer")
+#: What a reader of an engine's per-step figures must know, said wherever they are shown.
+ENGINE_NOTES = {
+    "hf-trainer": ("hf-trainer: accelerate's DataLoaderShard fetches one batch ahead, so the data wait measured before "
+                   "a step is the next batch's: per-step waits are shifted by one step (the window's total by at "
+                   "most one batch)"),
+}
 #: ``fp32``: no autocast; ``bf16``: bfloat16 autocast (mixed precision), as in the reference.
 PRECISIONS = ("fp32", "bf16")
 #: MLPerf divisions: ``closed`` only for a run that follows the published recipe exactly.
@@ -94,6 +100,9 @@ class RunSettings:
     eval_samples: int | None = None  # evaluate on the first N held-out pairs only; None: all of them
     target_quality: float | None = None  # train until eval_accuracy >= this (MLPerf's time-to-train), at most max_steps
     max_steps: int | None = None  # with target_quality: the most measured steps (default: 10 x steps)
+    #: deterministic kernels (torch.use_deterministic_algorithms; cuDNN's deterministic algorithms on CUDA): the
+    #: suite's default, for bit-identical re-runs; the published method ran without them (faster on CUDA)
+    deterministic: bool = True
     # Bounds and limits: they decide whether a run may go on, never what it measures, so they are not part
     # of a configuration's identity (see :attr:`RunConfig.config_id`).
     max_image_pixels: int | None = field(default=None, metadata=_CONTROL)  # None: Pillow's MAX_IMAGE_PIXELS
@@ -125,6 +134,8 @@ class RunSettings:
         _require_choice("tokenizer", self.tokenizer, TOKENIZER_MODES)
         if not isinstance(self.skip_bad_samples, bool):
             raise ConfigError(f"skip_bad_samples must be true or false, got {self.skip_bad_samples!r}")
+        if not isinstance(self.deterministic, bool):
+            raise ConfigError(f"deterministic must be true or false, got {self.deterministic!r}")
         _require_int("nproc_per_node", self.nproc_per_node, 1)
         _require_int("nnodes", self.nnodes, 1)
         if self.nnodes > 1:

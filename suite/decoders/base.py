@@ -45,6 +45,10 @@ class Decoder(ABC):
         host), or ``None`` when it is."""
         return None
 
+    def ran(self) -> str:
+        """What ran, as the records say it: the decoder's name and the settings it chose (DALI's host threads)."""
+        return self.name
+
     @abstractmethod
     def __call__(self, encoded: Sequence[bytes], image_size: int, mean: Sequence[float],
                  std: Sequence[float]) -> Any:

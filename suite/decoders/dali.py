@@ -20,6 +20,7 @@ decoded on the host (:mod:`suite.decoders.fallback`).
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 from suite.decoders.base import Decoder, PipesBySize
@@ -55,6 +56,16 @@ def check_cuda_match(dali_cuda_version: int | None, torch_cuda: str | None) -> N
                          f"(pip install 'suite-bench[dali-cuda{torch_major}]')")
 
 
+def dali_threads() -> int:
+    """DALI's host threads: the cores this process may run on (its CPU affinity: what the configuration was given),
+    less one for the training loop; at least 2."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 2
+    return max(2, cores - 1)
+
+
 class DaliDecoder(Decoder):
     name = "dali"
     loader = "dali"
@@ -62,14 +73,19 @@ class DaliDecoder(Decoder):
     description = ("NVIDIA DALI: decoders.image (mixed = nvJPEG on a GPU, its CPU decoder on the CPU device), "
                    "shorter-side cubic antialiased resize, crop_mirror_normalize")
 
-    def __init__(self, device: Any, num_threads: int = 2) -> None:
+    def __init__(self, device: Any, num_threads: int | None = None) -> None:
         super().__init__(device)
-        self.num_threads = num_threads
+        #: DALI's host threads (its "mixed" decoder still decodes Huffman on the host, DALI #5274): by default every
+        #: core this process may run on but one, for the training loop (two starved a 16-core box's decode)
+        self.num_threads = num_threads if num_threads is not None else dali_threads()
         self._pipes = PipesBySize(lambda pipe: pipe._shutdown())  # DALI's own shutdown (Pipeline.__del__ calls it)
 
     @property
     def builds(self) -> int:
         return self._pipes.builds
+
+    def ran(self) -> str:
+        return f"{self.name} ({self.num_threads} host threads)"
 
     def refusal(self, kind: ImageKind) -> str | None:
         if kind.format not in DALI_FORMATS:

@@ -8,6 +8,11 @@ decoder sees, their places hold a small placeholder JPEG, so the decoder always 
 (a pipeline per batch size: no rebuild inside a measured step). Every such image is returned with its reason; the
 workload counts them (``device_decode_fallbacks``) and the records say so. An image the host cannot decode either is
 a :class:`~suite.decoders.base.DecodeError` naming it.
+
+A decoder that fails on every image of a batch it was given to decode (torchvision built for another CUDA major than
+torch, nvJPEG failing to start, a DALI pipeline that cannot be built) is not a few odd images: it is
+:class:`DecoderBroken`, which fails the configuration with the decoder's own words, never a run quietly decoded on
+the host.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ def placeholder_jpeg() -> bytes:
     out = io.BytesIO()
     Image.new("RGB", (8, 8), (128, 128, 128)).save(out, "JPEG", quality=90)
     return out.getvalue()
+
+
+class DecoderBroken(SuiteError):
+    """The device decoder failed on every image of a batch that it should have decoded: it does not work here."""
 
 
 @dataclass
@@ -72,6 +81,19 @@ def _on_device(decoder: Decoder, encoded: Sequence[bytes], host: dict[int, str],
 
     if len(host) == len(encoded):
         return None
+    refused = set(host)  # by header: the decoder was never meant to decode these
+    out = _decode_skipping_failures(decoder, encoded, host, batch, image_size, mean, std)
+    failed = {i: host[i] for i in host if i not in refused}
+    if failed and len(failed) == len(encoded) - len(refused):
+        raise DecoderBroken(f"{decoder.name} failed on every one of the {len(failed)} image(s) of a batch it should "
+                            f"decode (first: {failed[min(failed)]}): the decoder does not work here, and its images "
+                            "are not decoded on the host in its place")
+    return out
+
+
+def _decode_skipping_failures(decoder: Decoder, encoded: Sequence[bytes], host: dict[int, str],
+                              batch: Callable[..., list[bytes]], image_size: int, mean: Sequence[float],
+                              std: Sequence[float]) -> Any:
     for _ in range(len(encoded) + 1):
         try:
             return decoder(batch(), image_size, mean, std)

@@ -3,7 +3,12 @@
 
 nvJPEG decodes JPEG only, and torchvision's GPU path does not decode CMYK JPEGs (its own tests mark them expected to
 fail): those images are refused by header and decoded on the host (:mod:`suite.decoders.fallback`). EXIF orientation
-is not applied (``apply_exif_orientation`` defaults to False), as in the reference."""
+is not applied (``apply_exif_orientation`` defaults to False), as in the reference.
+
+Stream order, made explicit: torchvision allocates the decoded images on the caller's current stream and decodes on
+a private stream of torch's pool without waiting for the caller's (pytorch/vision #9606): a block freed by kernels
+still queued on the caller's stream can be handed to the decoder and overwritten before they read it. So this
+stream is drained before the decode, and the device synchronized after it, whatever the step does next."""
 
 from __future__ import annotations
 
@@ -43,4 +48,8 @@ class NvJpegDecoder(Decoder):
             if not data.startswith(b"\xff\xd8"):
                 raise DecodeError(index, "nvJPEG decodes JPEG only, and this is not a JPEG")
         tensors = [torch.frombuffer(bytearray(data), dtype=torch.uint8) for data in encoded]
-        return list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=self.device.torch_device))
+        device = self.device.torch_device
+        torch.cuda.current_stream(device).synchronize()  # nothing queued here may still read a block the decoder gets
+        images = list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=device))
+        torch.cuda.synchronize(device)  # the decoder's private stream finished before anything reads its output
+        return images

@@ -65,6 +65,9 @@ class DeviceTraits:
     #: configuration is given only the first device allowed, so that nothing in it spreads over the node (the
     #: transformers Trainer wraps a model in ``nn.DataParallel`` over every visible GPU). None: no such variable.
     one_device_variable: str | None = None
+    #: Environment variables a configuration process gets unless the user set them: how the published method ran
+    #: the device (Gaudi2: ``PT_HPU_LAZY_MODE=1``, the lazy mode the blog measured, where the stack defaults to eager).
+    child_defaults: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def supported_loaders(self) -> tuple[str, ...]:
@@ -145,12 +148,14 @@ class DeviceAdapter(ABC):
 
 def child_environment(adapter: type[DeviceAdapter], nproc_per_node: int) -> dict[str, str]:
     """Environment variables a configuration process on ``adapter``'s device needs, set by the runner before it
-    starts: the one device a single-process configuration may see (:attr:`DeviceTraits.one_device_variable`)."""
+    starts: the adapter's defaults the user did not set (:attr:`DeviceTraits.child_defaults`), and the one device a
+    single-process configuration may see (:attr:`DeviceTraits.one_device_variable`)."""
+    environment = {name: value for name, value in adapter.traits.child_defaults.items() if name not in os.environ}
     variable = adapter.traits.one_device_variable
     if variable is None or nproc_per_node != 1:
-        return {}
+        return environment
     allowed = [v.strip() for v in os.environ.get(variable, "").split(",") if v.strip()]
-    return {variable: allowed[0] if allowed else "0"}
+    return {**environment, variable: allowed[0] if allowed else "0"}
 
 
 def run_params(adapter: DeviceAdapter) -> dict[str, str]:
@@ -167,5 +172,7 @@ def prepare_device(config: "RunConfig", adapter: DeviceAdapter) -> None:
                          f"supported: {', '.join(loaders)}")
     numerics = adapter.numerics()
     numerics.autocast(config.precision)  # fails now, not mid-run, if the precision is unsupported
-    numerics.make_deterministic()
+    numerics.pin_numerics()
+    if config.deterministic:
+        numerics.make_deterministic()
     numerics.seed(config.seed)

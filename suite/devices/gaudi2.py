@@ -4,9 +4,13 @@
 extra adds optimum-habana, habana-media-loader and habana-pyhlml. Everything is imported here, lazily: the CPU path
 never needs it.
 
-* Execution mode: current Habana stacks run eagerly unless told otherwise; older ones defaulted to lazy mode. The
-  mode is asked of the bridge itself (:func:`hpu_mode`: ``habana_frameworks.torch.utils.internal.is_lazy()``),
-  never assumed from an unset ``PT_HPU_LAZY_MODE``, and recorded (run param ``run.hpu.mode``). In lazy mode
+* Execution mode: current Habana stacks run eagerly unless told otherwise; older ones defaulted to lazy mode, and the
+  published benchmark ran lazy. A configuration process runs lazy too (``PT_HPU_LAZY_MODE=1`` in its environment,
+  :attr:`DeviceTraits.child_defaults`) unless the user set the variable; eager is then a recorded deviation from the
+  published method. The mode is asked of the bridge itself (:func:`hpu_mode`:
+  ``habana_frameworks.torch.utils.internal.is_lazy()``), never assumed from the variable, and recorded (run param
+  ``run.hpu.mode``). Under torchrun with several ranks, each rank is bound to its card (Habana's HCCL module sets
+  ``HLS_MODULE_ID``) before any HPU call acquires one (:func:`initialize_distributed`). In lazy mode
   ``htcore.mark_step()`` ends every optimizer step and precedes every clock read, followed by
   ``hpu.synchronize()``; in eager mode there is no mark_step.
 * As the reference's ``Habana/clip`` Gaudi config: ``adapt_transformers_to_gaudi()`` before the model is built,
@@ -35,7 +39,8 @@ from suite.devices.base import Availability, DeviceAdapter, DeviceTraits, driver
 from suite.devices.interfaces import DeviceMemory, MemoryMeter, Numerics, TrainingOps
 from suite.errors import SuiteError
 
-#: Dense bf16 peak of one Gaudi2 (Intel's published matrix-engine figure), FLOP/s.
+#: Dense bf16 peak of one Gaudi2 (Intel's published matrix-engine figure), FLOP/s. Intel publishes no FP32 matrix
+#: figure for Gaudi2: an fp32 run records no MFU, and says why.
 GAUDI2_PEAK_BF16_FLOPS = 432e12
 
 
@@ -132,10 +137,13 @@ class HabanaNumerics(Numerics):
         importlib.import_module("habana_frameworks.torch.hpu.random").manual_seed_all(seed)
 
     def make_deterministic(self) -> None:
-        """HPU kernels are deterministic for a fixed graph; torch's switch covers the rest."""
+        """HPU kernels are deterministic for a fixed graph; torch's switch covers the rest (without filling
+        uninitialized memory, as on every device)."""
         import torch
+        import torch.utils.deterministic
 
         torch.use_deterministic_algorithms(True, warn_only=True)  # strict mode rejects some HPU ops
+        setattr(torch.utils.deterministic, "fill_uninitialized_memory", False)  # a property of the module
 
 
 class HabanaMemory(MemoryMeter):
@@ -188,10 +196,25 @@ def card_facts(local_rank: int) -> dict[str, Any]:
             return {"hlml": f"not read: {type(exc).__name__}: {' '.join(str(exc).split())}"}
 
 
+def initialize_distributed() -> None:
+    """Bind this rank to its card before anything acquires one: importing Habana's HCCL module runs its
+    ``initialize_distributed_hpu()``, which sets ``HLS_MODULE_ID`` from ``LOCAL_RANK`` when there are several ranks
+    (bridge 1.19, ``habana_frameworks/torch/distributed/hccl/__init__.py``); a card acquired before that is acquired
+    by type, may be another rank's, and cannot be found by module id as Habana's multi-node set-up requires."""
+    try:
+        importlib.import_module("habana_frameworks.torch.distributed.hccl")
+    except ImportError as exc:
+        raise SuiteError(f"several ranks on Gaudi2 need Habana's HCCL module (habana_frameworks.torch.distributed."
+                         f"hccl): {exc}") from exc
+
+
 class Gaudi2Adapter(DeviceAdapter):
     name = "gaudi2"
-    traits = DeviceTraits("Intel Gaudi2 HPU (habana_frameworks, optimum-habana); lazy or eager mode, as the bridge "
-                          "runs", "hccl", decoders={"device": "habana-media-pipe"})  # DALI is NVIDIA's
+    #: the published method (optimum-habana's GaudiTrainer, 2023) ran lazy mode: a configuration process runs it too
+    #: unless PT_HPU_LAZY_MODE is set (eager is then recorded as a deviation from the published method)
+    traits = DeviceTraits("Intel Gaudi2 HPU (habana_frameworks, optimum-habana); lazy mode, as the published "
+                          "benchmark, unless PT_HPU_LAZY_MODE=0", "hccl", decoders={"device": "habana-media-pipe"},
+                          child_defaults={"PT_HPU_LAZY_MODE": "1"})  # DALI is NVIDIA's
 
     def __init__(self, local_rank: int = 0) -> None:
         super().__init__(local_rank)
@@ -199,6 +222,13 @@ class Gaudi2Adapter(DeviceAdapter):
         self._training = HabanaTraining(self)
         self._mode: str | None = None
         self.mode_variable: dict[str, str] = {}  # PT_HPU_LAZY_MODE as exported, and as it was found
+
+    def setup(self) -> Any:
+        """As every adapter, but under torchrun with several ranks the rank is bound to its card first
+        (:func:`initialize_distributed`): availability's first HPU call acquires a card."""
+        if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+            initialize_distributed()
+        return super().setup()
 
     @classmethod
     def availability(cls) -> Availability:
@@ -255,7 +285,7 @@ class Gaudi2Adapter(DeviceAdapter):
     def facts(self) -> dict[str, Any]:
         hpu = _hpu()
         info: dict[str, Any] = {"device_name": str(hpu.get_device_name()), "device_count": hpu.device_count(),
-                                "peak_bf16_flops": GAUDI2_PEAK_BF16_FLOPS, "hpu_mode": self.mode}
+                                "peak_flops": {"bf16": GAUDI2_PEAK_BF16_FLOPS}, "hpu_mode": self.mode}
         stats = hpu.memory_stats()
         if isinstance(stats, dict) and "Limit" in stats:
             info["allocator_limit_bytes"] = int(stats["Limit"])  # what the allocator may use, not the card's memory

@@ -67,11 +67,19 @@ class Numerics:
         compute = "bfloat16" if precision == "bf16" else "fp32"
         return {"linear": compute, "attn": compute, "comm": "fp32"}
 
+    def pin_numerics(self) -> None:
+        """Fix what the device would otherwise choose for the precision asked (CUDA's TF32), whether or not the run
+        is deterministic."""
+
     def make_deterministic(self) -> None:
-        """Ask the framework for deterministic kernels (``torch.use_deterministic_algorithms``)."""
+        """Ask the framework for deterministic kernels (``torch.use_deterministic_algorithms``), without filling
+        every uninitialized tensor (``torch.empty``) with NaN, which that switch also turns on: the results are
+        deterministic either way, and the filling only costs time (issue 47 (8))."""
         import torch
+        import torch.utils.deterministic
 
         torch.use_deterministic_algorithms(True, warn_only=False)
+        setattr(torch.utils.deterministic, "fill_uninitialized_memory", False)  # a property of the module
 
     def seed(self, seed: int) -> None:
         """Seed every RNG involved: Python, NumPy, torch, and the device's own generators."""
@@ -82,8 +90,14 @@ class Numerics:
         """Seed device-specific generators (torch.manual_seed already covers CPU and CUDA)."""
 
     def run_params(self) -> dict[str, str]:
-        """How the device computes where it has a choice (e.g. CUDA's TF32 switch), recorded as MLflow params."""
-        return {}
+        """How the device computes where it has a choice (e.g. CUDA's TF32 switch), recorded as MLflow params; the
+        determinism switches as torch holds them (what ran, not what was asked)."""
+        import torch
+        import torch.utils.deterministic
+
+        return {"deterministic_algorithms": str(torch.are_deterministic_algorithms_enabled()).lower(),
+                "fill_uninitialized_memory": str(bool(getattr(torch.utils.deterministic,
+                                                                   "fill_uninitialized_memory"))).lower()}
 
 
 class TrainingOps:

@@ -16,7 +16,7 @@ from suite.analysis.bottleneck import CORE_BOUND, INPUT_BOUND, explanations
 from suite.analysis.compare import THROUGHPUT, Row
 from suite.analysis.host_ram_figures import HOST_RAM_FIGURES, HOST_RAM_NOTE
 from suite.analysis.published import Alignment
-from suite.config import param_text
+from suite.config import ENGINE_NOTES, param_text
 from suite.config.labels import LABEL_AXES
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.report.charts import Bar, Chart, grouped_bars, memory_bars
@@ -147,6 +147,8 @@ def sections(content: ReportContent) -> list[Section]:
     summary.append(HOST_RAM_NOTE[0].upper() + HOST_RAM_NOTE[1:] + ".")
     if any(r.config.device == "cpu" for r in rows):
         summary.append(DEVICE_MEMORY_NOTE[0].upper() + DEVICE_MEMORY_NOTE[1:] + ".")
+    for engine in sorted({r.config.engine for r in rows} & set(ENGINE_NOTES)):
+        summary.append(ENGINE_NOTES[engine] + ".")
     if content.dataset_warning:
         summary.append("Warning: " + content.dataset_warning + ".")
     fallbacks = [r for r in rows if r.metrics.get("device_decode_fallbacks", 0) > 0]

@@ -206,6 +206,14 @@ class ResultsStore:
         matrix.ended_at = ended_at if ended_at is not None else time.time()
         self._write(MATRIX_FILE, matrix.to_dict())
 
+    def adopt_store(self, tracking_uri: str) -> None:
+        """matrix.json names the MLflow store its runs are now recorded into (a matrix run where MLflow was not
+        installed has none until it is uploaded); ``tracking_uri`` as it may be recorded (redacted)."""
+        self._require_lock()
+        matrix = self.matrix_info
+        matrix.tracking_uri = tracking_uri
+        self._write(MATRIX_FILE, matrix.to_dict())
+
     def held_results(self) -> list[RunResult]:
         """The runs this writer holds (what results.json says, or would say if a write failed)."""
         return list(self._runs)

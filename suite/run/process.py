@@ -144,6 +144,7 @@ class _Execution:
         facts["workload"] = workload.facts()
         facts["precision_used"] = config.precision
         facts["run_params"] = run_params(adapter)
+        facts["method_deviations"] = type(workload).method_deviations(config, facts["run_params"])
         log_hyperparameters(mlperf, config, workload, self.rank)
         lowest = adapter.numerics().lowest_precisions(config.precision)
         facts["submission"] = log_disclosures(mlperf, config, facts["device"], lowest, self.rank.world_size,

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from mlperf_logging.mllog import constants
 
 from suite.analysis import memory_trend
-from suite.config import RunConfig
+from suite.config import ENGINE_NOTES, RunConfig
 from suite.devices.interfaces import MemoryMeter
 from suite.errors import SuiteError
 from suite.meters.contention import ContentionMeter
@@ -167,7 +167,7 @@ def train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: R
         result.metrics[f"trainer_{key}"] = float(value)
     result.facts["engine"] = ("transformers Trainer driving the steps; step times, data-wait and throughput by the "
                               "suite's clock over the measured steps; trainer_* metrics are the trainer's own "
-                              "(all steps, warm-up and start-up included)")
+                              "(all steps, warm-up and start-up included); " + ENGINE_NOTES["hf-trainer"])
     result.facts["mfu"] = "not measured with engine hf-trainer"
     mlperf.event("throughput", result.metrics["throughput_samples_per_s"], metadata={"unit": "samples/s"})
     quality.finish(result, done)
@@ -251,7 +251,8 @@ def _counted_step(steps: "TrainingSteps") -> float:
 
 
 def _record_flops(result: RunResult, flops_per_step: float | None, rank: Rank) -> None:
-    """Model FLOP/s achieved over the measured steps, and MFU against the device's dense bf16 peak."""
+    """Model FLOP/s achieved over the measured steps, and MFU against the device's dense peak for the precision that
+    ran (bf16: the tensor cores' bf16 peak; fp32: the FP32 peak, TF32 being off)."""
     facts = result.facts
     if flops_per_step is None:
         facts["mfu"] = "not measured: FLOPs are counted in the first warm-up step and there was none"
@@ -260,10 +261,12 @@ def _record_flops(result: RunResult, flops_per_step: float | None, rank: Rank) -
     achieved = flops_per_step * m["measured_steps"] / m["measured_wall_s"]  # per device
     m["model_flops_per_step"] = flops_per_step
     m["model_flops_per_s"] = achieved
-    peak = (facts.get("device") or {}).get("peak_bf16_flops")
+    precision = result.config.precision
+    peak = ((facts.get("device") or {}).get("peak_flops") or {}).get(precision)
     if peak:
-        m["mfu_bf16_peak"] = achieved / float(peak)
+        m["mfu"] = achieved / float(peak)
         facts["mfu"] = (f"model FLOPs per step (torch.utils.flop_counter, forward+backward, counted once on rank "
-                        f"{rank.rank}) x measured steps / measured wall time / dense bf16 peak {peak:.4g} FLOP/s")
+                        f"{rank.rank}) x measured steps / measured wall time / the device's dense {precision} peak "
+                        f"{peak:.4g} FLOP/s")
     else:
-        facts["mfu"] = "not computed: no peak FLOP/s is known for this device"
+        facts["mfu"] = f"not computed: no {precision} peak FLOP/s is known for this device"

@@ -1,4 +1,5 @@
-"""The MLflow gateway: every MLflow read and write of the suite goes through this module.
+"""The MLflow gateway: every MLflow read and write of the suite goes through this module. MLflow itself is imported
+only when the gateway connects (:func:`mlflow_missing` says whether it can).
 
 * One client per tracking URI, made here. A fresh sqlite store is initialised under a file lock beside the
   database (two processes creating it at once both succeed) and switched to write-ahead logging, so
@@ -24,10 +25,6 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Sequence, overload
 
-from mlflow.environment_variables import MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID as PARENT_RUN_ID
-from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE as RUN_NOTE  # a run's or experiment's description
-
 from suite.config import param_text
 from suite.errors import SuiteError
 from suite.redact import redact_uri
@@ -40,6 +37,11 @@ from suite.tracking.stores import (
     refuse_links,
     sqlite_path,
 )
+
+# --- MLflow's tag names (mlflow.utils.mlflow_tags; tests/test_records.py holds them to MLflow's own), written
+# here so that this module imports MLflow only when it connects: a run records to its results folder without it ---
+PARENT_RUN_ID = "mlflow.parentRunId"
+RUN_NOTE = "mlflow.note.content"  # a run's or experiment's description
 
 # --- the suite's own tag names ----------------------------------------------------------------------------
 ROLE = "suite.role"  # matrix, configuration, repeat, audit
@@ -63,6 +65,16 @@ _BATCH_TAGS = 100
 _PAGE = 1000
 
 
+def mlflow_missing() -> str | None:
+    """Why MLflow cannot be imported here (``None`` when it can): a box with torch and no MLflow records to its results
+    folder and is uploaded later (``suite upload``) from any machine that has it."""
+    try:
+        import mlflow  # noqa: F401
+    except ImportError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 class MlflowGateway:
     """Everything the suite asks of one MLflow tracking store."""
 
@@ -76,6 +88,7 @@ class MlflowGateway:
     @property
     def client(self) -> Any:
         if self._client is None:
+            from mlflow.environment_variables import MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT
             from mlflow.tracking import MlflowClient
 
             if self._uri.startswith(("http://", "https://")):

@@ -132,7 +132,8 @@ def repair(store: ResultsStore, rescue: Path | None = None) -> tuple[list[str], 
 
 
 def upload(directory: Path, tracking_uri: str | None = None, rescue: Path | None = None) -> RecoveryReport:
-    """Repair ``directory`` and record it into ``tracking_uri`` (default: the matrix's own store)."""
+    """Repair ``directory`` and record it into ``tracking_uri`` (default: the matrix's own store; for a matrix run
+    where MLflow was not installed, ``$MLFLOW_TRACKING_URI`` or ``./mlflow.db``)."""
     store = ResultsStore.reopen(directory)
     try:
         report = RecoveryReport()
@@ -144,8 +145,9 @@ def upload(directory: Path, tracking_uri: str | None = None, rescue: Path | None
                              "--tracking-uri with them (or the store to upload into)")
         uri = tracking_uri or recorded or default_tracking_uri()
         check_reachable(uri)
-        # the matrix's own store: the one it records, credentials aside
-        own_store = recorded is not None and redact_uri(normalize_uri(uri)) == redact_uri(normalize_uri(recorded))
+        # the matrix's own store: the one it records, credentials aside; a folder recorded where MLflow was not
+        # installed has none yet, and the first store it is uploaded into becomes its own
+        own_store = recorded is None or redact_uri(normalize_uri(uri)) == redact_uri(normalize_uri(recorded))
         recorder = MlflowRecorder(MlflowGateway(uri), resume=True)
         recorder.open(matrix, store.root)
         # another store: copies, so that its run ids never land in this folder's records
@@ -161,6 +163,8 @@ def upload(directory: Path, tracking_uri: str | None = None, rescue: Path | None
         if own_store:
             for result in results:
                 store.record(result)  # now with every MLflow run id
+            if recorded is None:
+                store.adopt_store(redact_uri(normalize_uri(uri)))
         report.recorded = len(results) - len(recorder.skipped)
         report.already_there = len(recorder.skipped)
         report.parent_run_id, report.ids_written = recorder.parent_run_id, own_store

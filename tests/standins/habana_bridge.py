@@ -15,7 +15,9 @@ import looks for with ``pip list`` (``optimum/habana/utils/misc.py``, ``get_haba
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.machinery
+import os
 import sys
 import types
 from pathlib import Path
@@ -42,12 +44,20 @@ def install(monkeypatch: Any, calls: Calls, state: dict[str, Any]) -> None:
     def module(name: str, **attrs: Any) -> types.ModuleType:
         mod = types.ModuleType(name)
         mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        mod.__path__ = []  # a package: its submodules (distributed.hccl) are imported through sys.meta_path
         mod.__dict__.update(attrs)
         monkeypatch.setitem(sys.modules, name, mod)
         return mod
 
     random = module("habana_frameworks.torch.hpu.random", manual_seed_all=lambda s: calls.record("hpu_seed", s))
-    hpu = module("habana_frameworks.torch.hpu", is_available=lambda: True, device_count=lambda: state["count"],
+
+    def is_available() -> bool:  # the bridge's first HPU call acquires a card: by HLS_MODULE_ID if set, else by type
+        if not state.get("acquired"):
+            state["acquired"] = True
+            calls.record("acquire", os.environ.get("HLS_MODULE_ID"))
+        return True
+
+    hpu = module("habana_frameworks.torch.hpu", is_available=is_available, device_count=lambda: state["count"],
                  get_device_name=lambda: state["name"], synchronize=lambda: calls.record("hpu.synchronize"),
                  reset_peak_memory_stats=lambda: calls.record("reset_peak_memory_stats"),
                  max_memory_allocated=lambda: 5 * 2**30, memory_allocated=lambda: 3 * 2**30,
@@ -78,7 +88,34 @@ def install(monkeypatch: Any, calls: Calls, state: dict[str, Any]) -> None:
         parent = module("habana_frameworks")
     monkeypatch.setattr(parent, "torch", torch_pkg, raising=False)
     module("habana_frameworks.torch.distributed")
-    module("habana_frameworks.torch.distributed.hccl")
+    monkeypatch.setitem(sys.modules, _HcclFinder.NAME, None)  # recorded as absent: imported below, removed after
+    del sys.modules[_HcclFinder.NAME]
+    monkeypatch.setattr(sys, "meta_path", [_HcclFinder(calls), *sys.meta_path])
+
+
+class _HcclFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``habana_frameworks.torch.distributed.hccl`` as the bridge 1.19 ships it, as far as the suite meets it:
+    importing it runs ``initialize_distributed_hpu()``, whose ``_setup_module_id`` sets ``HLS_MODULE_ID`` to
+    ``HABANA_VISIBLE_MODULES[local_rank]`` or to ``LOCAL_RANK`` when ``WORLD_SIZE`` > 1 and it is not set already
+    (``habana_frameworks/torch/distributed/hccl/__init__.py``); the import is recorded."""
+
+    NAME = "habana_frameworks.torch.distributed.hccl"
+
+    def __init__(self, calls: Calls) -> None:
+        self.calls = calls
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        return importlib.machinery.ModuleSpec(name, self, is_package=True) if name == self.NAME else None
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        world_size, local_rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", -1))
+        if "HLS_MODULE_ID" not in os.environ and local_rank != -1 and world_size > 1:
+            visible = os.environ.get("HABANA_VISIBLE_MODULES")
+            os.environ["HLS_MODULE_ID"] = visible.split(",")[local_rank] if visible else str(local_rank)
+        self.calls.record("hccl imported", os.environ.get("HLS_MODULE_ID"))
 
 
 

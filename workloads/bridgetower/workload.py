@@ -24,7 +24,7 @@ from workloads.bridgetower.device_decoding import DecodeFallbacks, decode_on_dev
 from workloads.bridgetower.evaluation import embed_pairs, retrieval_recall
 from workloads.bridgetower.model import build_for_training
 from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD
-from workloads.bridgetower.presets import PRESETS, PUBLISHED_RECIPE, BridgeTowerPreset
+from workloads.bridgetower.presets import PRESETS, PUBLISHED_METHOD, PUBLISHED_RECIPE, BridgeTowerPreset
 from workloads.bridgetower.tokenizer import resolve_tokenizer, tokenize_captions, tokenizer_fingerprint
 
 
@@ -64,6 +64,14 @@ class BridgeTowerWorkload(Workload):
             if value != expected:
                 deviations.append(f"{name} {value!r} (the recipe's: {expected!r})")
         return deviations
+
+    @classmethod
+    def method_deviations(cls, config: RunConfig, run_params: Mapping[str, str]) -> list[str]:
+        """Where the run measured otherwise than the published benchmark
+        (:data:`workloads.bridgetower.presets.PUBLISHED_METHOD`), for each setting the run records."""
+        return [f"{name} {run_params[name]} (the published method: {expected}, {meaning})"
+                for name, (expected, meaning) in PUBLISHED_METHOD.items()
+                if name in run_params and run_params[name] != expected]
 
     @classmethod
     def loader_benchmark(cls, options: Mapping[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
@@ -189,7 +197,7 @@ class BridgeTowerWorkload(Workload):
         done, decoder, fallbacks = decode_on_device(self.device, batch["encoded_images"], names, self.image_size,
                                                     self.config.loader, batch.get("image_kinds"))
         self._observed_loader = decoder.loader  # the decoder object that made these pixels
-        self._decoder = decoder.name
+        self._decoder = decoder.ran()
         for index, reason in fallbacks.items():
             self._fallbacks.note(names[index] if names and index < len(names) else f"image {index}", reason)
         return done

@@ -55,6 +55,29 @@ class ProbeRecordingAdapter(CPUAdapter):
         return Availability(False, "stand-in accelerator opened and found busy")
 
 
+from suite.decoders.pillow import PillowDecoder  # noqa: E402
+
+
+class BrokenStandInDecoder(PillowDecoder):
+    """A device decoder that fails on every image, as torchvision's GPU decode_jpeg does when torchvision was built for
+    another CUDA major than torch (torchvision 0.26 beside a torch of CUDA 12: the custom op does not load)."""
+
+    name = "broken-standin"
+    description = "test stand-in for a device decoder that does not work here"
+
+    def __call__(self, encoded, image_size, mean, std):
+        raise RuntimeError("Couldn't load custom C++ ops. This can happen if your PyTorch and torchvision versions "
+                           "are incompatible")
+
+
+class BrokenDecoderStandInAdapter(CPUAdapter):
+    """The CPU, with the broken decoder serving its ``device`` loader."""
+
+    name = "broken-decoder-standin"
+    traits = dataclasses.replace(CPUAdapter.traits, description="test stand-in for a device whose decoder is broken",
+                                 decoders={"device": "broken-standin"})
+
+
 import torch  # noqa: E402
 
 from suite.workload import Preset, Workload  # noqa: E402
