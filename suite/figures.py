@@ -339,7 +339,8 @@ def _fits(value: Any, types: Sequence[str]) -> bool:
 
 def misfit_fact(facts: Mapping[str, Any]) -> str | None:
     """The first declared fact of ``facts`` whose value has a type :data:`FACTS` does not allow, said as
-    ``facts.contention is a string, not object`` (``None`` where every one fits)."""
+    ``facts.contention is a string, not object`` (``None`` where every one fits). ``null`` fits every fact: a run
+    that failed before it knew one records it so."""
     for fact in FACTS:
         parent: Any = facts
         *outer, last = fact.path.split(".")
@@ -348,7 +349,7 @@ def misfit_fact(facts: Mapping[str, Any]) -> str | None:
         if not isinstance(parent, dict) or last not in parent:
             continue
         value = parent[last]
-        if not _fits(value, fact.types):
+        if value is not None and not _fits(value, fact.types):
             kind = _json_type(value)
             return f"facts.{fact.path} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not {' or '.join(fact.types)}"
         if fact.items and isinstance(value, list):

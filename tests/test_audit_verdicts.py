@@ -164,7 +164,8 @@ def test_a_contended_run_says_so_on_the_terminal_with_what_to_do(capsys):
 
     print_results_table([_run(_steps(), contended=True), _run(_steps(seed=3))])
     err = capsys.readouterr().err
-    assert "measured while other work used the machine" in err and "quiet machine" in err and "--repeats" in err
+    assert "measured while the machine was not the configuration's alone" in err
+    assert "other processes used 60% of the cores" in err and "quiet machine" in err and "--repeats" in err
 
 
 # --- end to end: a real run, audited as an auditor would ----------------------------------------------------------

@@ -102,15 +102,16 @@ def _print_results_notes(results: Sequence[RunResult]) -> None:
             print(wrapped(f"{visible(result.config.describe())}: {text}", indent="  "))
     busy = [r for r in results if r.status == FINISHED and (r.facts.get("contention") or {}).get("contended")]
     if busy:
-        shares = ", ".join(f"{_plain(r.config.describe())} ({_interference(r.metrics)})" for r in busy)
+        shares = ", ".join(f"{_plain(r.config.describe())} ({_interference(r.facts['contention'])})" for r in busy)
         say(f"suite: warning: measured while the machine was not the configuration's alone: {visible(shares)}. "
             "Those figures are not the machine's, and an audit gives them no verdict: measure again on a quiet "
             "machine, or with --repeats N to see the spread.", file=sys.stderr)
 
 
-def _interference(metrics: dict[str, float]) -> str:
-    return interference(metrics.get("contention_others_cpu_share", 0.0), metrics.get("contention_steal_share", 0.0),
-                        metrics.get("contention_paused_share", 0.0)) or "contended"
+def _interference(contention: dict[str, Any]) -> str:
+    """What the recorded contention says took the machine (``facts.contention``)."""
+    return interference(contention.get("others_share", 0.0), contention.get("steal_share", 0.0),
+                        contention.get("paused_share", 0.0)) or "contended"
 
 
 def print_scores_table(scores: Sequence[ConfigScore]) -> None:

@@ -82,20 +82,27 @@ class _LogSink:
             self.error = f"cannot write {self.handle.name}: {exc.strerror or exc}"
 
 
-def _read_result(files: RunFiles) -> RunResult | None:
+def _read_result(files: RunFiles, refused: list[str] | None = None) -> RunResult | None:
+    """The run's result.json, or ``None``; why a result.json there was refused is added to ``refused``."""
     try:
         return files.read_result()
-    except ResultsFolderError:
+    except ResultsFolderError as exc:
+        if refused is not None:
+            refused.append(str(exc))
         return None
 
 
-def _validated(received: dict[str, Any] | None, files: RunFiles) -> RunResult | None:
-
+def _validated(received: dict[str, Any] | None, files: RunFiles, refused: list[str] | None = None
+               ) -> RunResult | None:
+    """The result the process sent, validated, or ``None``; why it was refused is added to ``refused`` (the record
+    of the run says it: a refused result is never silently a run "without a result")."""
     if received is None:
         return None
     try:
         return validate_result(received, f"the result event of {files.relative_folder}")
-    except ResultsFolderError:
+    except ResultsFolderError as exc:
+        if refused is not None:
+            refused.append(str(exc))
         return None
 
 
@@ -150,8 +157,12 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
             log.close()
         except OSError:  # its last buffered line could not be written: dropped
             pass
-    result = _validated(watched.received, files) or _read_result(files) or unreported(config, files, watched,
-                                                                                        started)
+    refused: list[str] = []
+    result = _validated(watched.received, files, refused) or _read_result(files, refused)
+    if result is None:
+        result = unreported(config, files, watched, started)
+        if refused:
+            result.reason = f"{result.reason}; the result it sent was refused: {refused[0]}"
     result.repeat, result.run_uid = repeat, run_uid
     if sink.error:
         result.facts.setdefault("recording_errors", []).append(sink.error)
