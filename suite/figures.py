@@ -6,9 +6,10 @@ compared by it. Writers, readers, tables and checks take names, units and bounds
 ``Stats.fields`` drive its table and ``as_dict``, and optimum-benchmark's ``Measurements``).
 
 The suite's own figures are :data:`FIGURES`; a family of names made at run time (``setup_<phase>_s``,
-``device_<name>_bytes``, ``trainer_<key>``) is declared by a :class:`Family`; a workload adds its own figures
-(:attr:`suite.workload.Workload.figures`: its quality metrics). A name the catalogue does not know is still read,
-as long as it is a finite number.
+``device_<name>_bytes``, ``trainer_<key>``, a workload's ``eval_<figure>``) is declared by a :class:`Family`; a
+workload declares its own figures precisely (:attr:`suite.workload.Workload.figures`: its quality metrics, their
+bounds), which take the family's place in :func:`catalogue_of`. A name the catalogue does not know is still read, as
+long as it is a finite number.
 
 :func:`check_value` is what a reader asks of a recorded value: ``None`` when it can be shown and computed with, else
 the reason it cannot (not a finite number, outside the figure's bounds). A value that fails is never divided by: it
@@ -161,8 +162,20 @@ FIGURES: tuple[Figure, ...] = (
     _f("host_cpu_cores_other", "cores", "host", "cores other processes used", **_AT_LEAST_0),
     _f("host_cores_available", "cores", "host", "cores the configuration could use", **_ABOVE_0),
     _f("load_average_1m", "1", "host", "the kernel's one-minute load average at the window's end", **_AT_LEAST_0),
+    # series: one value per step (MLflow's step)
+    _f("loss", "1", "", "the training loss of each step, warm-up included (MLflow's step is the step's index)"),
+    _f("step_time_s", "s", "step_time", "each measured step's time (MLflow's step is the step's index)",
+       **_ABOVE_0),
+    # the report's summary, on the matrix run
+    _f("best_throughput_samples_per_s", "samples/s", "summary", "the best configuration's throughput",
+       **_ABOVE_0),
+    _f("speedup_best_over_baseline", "1", "summary", "the best configuration's throughput over its baseline's",
+       **_ABOVE_0),
+    _f("configurations_measured", "count", "summary", "configurations with a throughput in the matrix", **_COUNT),
     # the matrix
     _f("matrix_wall_s", "s", "setup", "the matrix's wall time, from the runner's start to its end", **_AT_LEAST_0),
+    _f("in_window_s", "s", "setup", "of the matrix's wall time, the part inside the configurations' warm-up and "
+       "measured windows", **_AT_LEAST_0),
     _f("in_window_fraction", "1", "setup",
        "share of the matrix's wall time inside the configurations' warm-up and measured windows", **_FRACTION),
 )
@@ -182,7 +195,10 @@ FAMILIES: tuple[Family, ...] = (
     Family(r"device_[a-z0-9_]+_bytes", _f("device_<reading>_bytes", "B", "memory",
                                           "a further device memory reading of the adapter (its driver's view)",
                                           **_AT_LEAST_0)),
-    Family(r"trainer_[A-Za-z0-9_]+", _f("trainer_<key>", "", "",
+    Family(r"eval_[a-z0-9_]+", _f("eval_<figure>", "", "quality",
+                                  "a held-out quality figure of the workload's evaluation (the workload declares "
+                                  "each: Workload.figures)")),
+    Family(r"trainer_[A-Za-z0-9_]+", _f("trainer_<key>", "", "trainer",
                                         "a figure transformers' Trainer reports of itself (engine hf-trainer; all "
                                         "steps, warm-up and start-up included)")),
 )
@@ -218,13 +234,25 @@ class Catalogue:
         return None if math.isfinite(value) else f"{value!r} is not a finite number"
 
     def listing(self) -> list[dict[str, Any]]:
-        """Every figure and family, as ``suite metrics --json`` prints them."""
-        return [f.as_dict() for f in self.figures.values()] + \
+        """Every figure, then every family (with its name pattern), as ``suite metrics --json`` prints them."""
+        return [{**f.as_dict(), "pattern": None} for f in self.figures.values()] + \
             [{**family.template.as_dict(), "pattern": family.pattern} for family in FAMILIES]
 
 
 #: The suite's own figures, without a workload's.
 CORE = Catalogue()
+
+
+def catalogue_of(workload: str) -> Catalogue:
+    """The suite's figures with the workload's own (:attr:`suite.workload.Workload.figures`); the suite's alone for
+    a workload not installed here (a results folder uploaded from elsewhere)."""
+    from suite.errors import SuiteError
+    from suite.registry import load_workload
+
+    try:
+        return Catalogue(getattr(load_workload(workload), "figures", ()))
+    except SuiteError:
+        return CORE
 
 
 def check_value(name: str, value: Any, catalogue: Catalogue = CORE) -> str | None:

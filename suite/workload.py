@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping
 
 from suite.errors import SuiteError
+from suite.figures import Figure
 
 if TYPE_CHECKING:
     import torch
@@ -37,6 +38,8 @@ class Workload(ABC):
     name: ClassVar[str]
     #: Presets by name; the first listed in :attr:`default_preset` is used when none is given.
     presets: ClassVar[Mapping[str, Preset]]
+    #: The workload's own figures (its quality metrics), declared as the suite's are (:mod:`suite.figures`)
+    figures: ClassVar[tuple[Figure, ...]] = ()
     default_preset: ClassVar[str]
 
     @classmethod

@@ -1,4 +1,4 @@
-"""Commands that describe what is installed: ``suite list`` and ``suite devices``."""
+"""Commands that describe what is installed: ``suite list``, ``suite devices`` and ``suite metrics``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 from typing import Any, Sequence
 
 from suite.cli.display import wide_console
+from suite.cli.options import DEFAULT_WORKLOAD
 from suite.devices.probe import probe
 from suite.registry import device_names, load_device, load_workload, workload_names
 
@@ -15,6 +16,41 @@ def add_parsers(sub: Any) -> None:
                    ).set_defaults(func=cmd_list)
     sub.add_parser("devices", help="every device adapter: availability, reason, detected hardware"
                    ).set_defaults(func=cmd_devices)
+    metrics = sub.add_parser("metrics", help="every metric a run records: name, unit, meaning, MLflow section, bounds",
+                             description="The catalogue of figures (suite/figures.py) with the workload's own: every "
+                                         "metric a run records, its unit, what it means, the MLflow section it is "
+                                         "logged in (<group>/<name>), the values it can take (a recorded value "
+                                         "outside them is shown as '-' with the reason), and whether configurations "
+                                         "are compared by it; then the facts readers look into, with their types.")
+    metrics.add_argument("--workload", default=DEFAULT_WORKLOAD, help="whose own figures to add (default: %(default)s)")
+    metrics.add_argument("--json", action="store_true", help="as JSON: {figures: [...], facts: [...]}")
+    metrics.set_defaults(func=cmd_metrics)
+
+
+def cmd_metrics(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    from rich.table import Table
+    from rich.text import Text
+
+    from suite.figures import FACTS, catalogue_of
+    from suite.fileio import dumps_json
+
+    figures = catalogue_of(args.workload).listing()
+    if args.json:
+        print(dumps_json({"workload": args.workload, "figures": figures, "facts": [f.as_dict() for f in FACTS]},
+                         indent=2))
+        return 0
+    table = Table(title=f"metrics a run of {args.workload} records (suite/figures.py)")
+    for column in ("name", "unit", "MLflow", "values", "compares", "meaning"):
+        table.add_column(column, overflow="fold")
+    for figure in figures:
+        low, high = figure["minimum"], figure["maximum"]
+        values = ("> " if figure["positive"] else ">= ") + f"{low:g}" if low is not None else ""
+        values += (", " if values and high is not None else "") + (f"<= {high:g}" if high is not None else "")
+        name = figure["pattern"] and f"{figure['name']} ({figure['pattern']})" or figure["name"]
+        table.add_row(Text(name), Text(figure["unit"]), Text(f"{figure['group']}/" if figure["group"] else "-"),
+                      Text(values or "finite"), "yes" if figure["compares"] else "", Text(figure["description"]))
+    wide_console().print(table)
+    return 0
 
 
 def cmd_devices(args: argparse.Namespace, argv: Sequence[str]) -> int:

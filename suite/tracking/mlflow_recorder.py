@@ -18,6 +18,7 @@ from suite.analysis.scoring import ConfigScore
 from suite.analysis.summary import summary_line
 from suite.config import RunConfig
 from suite.config.labels import short_labels
+from suite.figures import catalogue_of
 from suite.redact import redact_argv
 from suite.results.files import MatrixInfo, RunFiles
 from suite.results.record import RUNNING, RunResult
@@ -35,7 +36,10 @@ EXPERIMENT_NOTE = (
     "axes that vary in that matrix (the full configuration id is the tag suite.config_id). Per configuration: "
     "throughput/throughput_samples_per_s, step_time/step_time_p50_s / p99, input/data_wait_fraction, "
     "memory/host_ram_peak_pss_mib / rss (also in bytes), memory/device_peak_memory_mib (on a CPU: the training "
-    "process's RSS high-water mark), quality/eval_accuracy.")
+    "process's RSS high-water mark), quality/eval_accuracy. Every metric's unit and meaning: the matrix run's artifact "
+    "figures.json (`suite metrics`).")
+#: The catalogue of figures the matrix's runs record (unit, meaning, MLflow section, bounds), on its matrix run.
+FIGURES_ARTIFACT = "figures.json"
 
 #: Facts logged as metric histories (per step), not as tags.
 HISTORIES = ("step_times_s", "data_wait_s", "evaluations")
@@ -106,6 +110,9 @@ class MlflowRecorder(Recorder):
             experiment_id, info.name + (f" shard {info.shard}" if info.shard else ""),
             {**self._common_tags, tags_.ROLE: "matrix", tags_.COMMAND: " ".join(redact_argv(info.command))[:5000]},
             {**info.params, "repeats": info.repeats}, start_time_s=info.started_at)
+        self.gateway.log_json(self.parent_run_id, {"workload": info.workload,
+                                                   "figures": catalogue_of(info.workload).listing()},
+                              FIGURES_ARTIFACT)
 
     def _child(self, name: str, parent: str | None, tags: dict[str, str], config: RunConfig) -> str:
         """A configuration or repeat run: the matrix's identity tags (host, versions and commit are on the matrix

@@ -13,6 +13,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping
 import torch
 
 from suite.config import RunConfig
+from suite.figures import Figure
 from suite.workload import Workload
 
 from workloads.bridgetower import eval_inputs, inputs
@@ -21,7 +22,7 @@ from workloads.bridgetower.data.loader import LOADER_OF_PIPELINE, CaptionedImage
 from workloads.bridgetower.data.shared_batches import of_loader
 from workloads.bridgetower.data.sources import ImageCaptionSource
 from workloads.bridgetower.device_decoding import DecodeFallbacks, decode_on_device
-from workloads.bridgetower.evaluation import embed_pairs, retrieval_recall
+from workloads.bridgetower.evaluation import QUALITY_FIGURES, embed_pairs, retrieval_recall
 from workloads.bridgetower.model import build_for_training
 from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD
 from workloads.bridgetower.presets import PRESETS, PUBLISHED_METHOD, PUBLISHED_RECIPE, BridgeTowerPreset
@@ -37,6 +38,7 @@ class BridgeTowerWorkload(Workload):
     name: ClassVar[str] = "bridgetower"
     presets: ClassVar[Mapping[str, BridgeTowerPreset]] = PRESETS
     default_preset: ClassVar[str] = "tiny"
+    figures: ClassVar[tuple[Figure, ...]] = QUALITY_FIGURES
 
     @classmethod
     def describe_preset(cls, name: str) -> dict[str, Any]:
