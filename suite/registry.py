@@ -64,3 +64,30 @@ def load_device(name: str) -> type["DeviceAdapter"]:
 def load_decoder(name: str) -> type["Decoder"]:
     """The image decoder registered as ``name``; raises :class:`UnknownPluginError` listing names."""
     return _load(DECODERS_GROUP, "decoder", name)
+
+
+def workload_class_or_base(name: str) -> type["Workload"]:
+    """The workload class registered as ``name``, or the :class:`~suite.workload.Workload` interface itself where no
+    such workload is installed here (a results folder uploaded from elsewhere): its declared defaults (no published
+    reference, the suite's speed-up baseline) then stand."""
+    from suite.workload import Workload
+
+    try:
+        return load_workload(name)
+    except SuiteError:
+        return Workload
+
+
+def default_workload() -> str:
+    """The workload ``suite`` runs when none is named: the one this distribution ships (its ``suite.workloads`` entry
+    point), else the only one installed; :class:`UnknownPluginError` where that leaves a choice or nothing."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        own = [ep.name for ep in distribution("suite-bench").entry_points if ep.group == WORKLOADS_GROUP]
+    except PackageNotFoundError:
+        own = []
+    names = own or workload_names()
+    if len(names) != 1:
+        raise UnknownPluginError(f"name a workload (--workload); installed: {', '.join(workload_names()) or 'none'}")
+    return names[0]

@@ -32,7 +32,7 @@ class Preset:
 
 
 class Workload(ABC):
-    """One benchmark workload (e.g. BridgeTower contrastive fine-tuning)."""
+    """One benchmark workload (e.g. fine-tuning one model on one dataset with a fixed batch and seeds)."""
 
     #: Registered name (``--workload NAME``).
     name: ClassVar[str]
@@ -40,6 +40,18 @@ class Workload(ABC):
     presets: ClassVar[Mapping[str, Preset]]
     #: The workload's own figures (its quality metrics), declared as the suite's are (:mod:`suite.figures`)
     figures: ClassVar[tuple[Figure, ...]] = ()
+    #: What ``--dataset`` takes for this workload, for ``suite list`` (names it knows, paths, its default)
+    datasets: ClassVar[str] = ""
+    #: The published results its matrices are set beside (a name under ``reference/``, or a path): the report's
+    #: default; None: the workload publishes none, and its matrices are never set beside another's
+    published_reference: ClassVar[str | None] = None
+    #: Its quality reference for ``suite score`` (steps to target over seeds: the RCP), a name or a path; None: none
+    quality_reference: ClassVar[str | None] = None
+    #: What a speed-up is over: these fields set on a configuration give its baseline (the published benchmark's: no
+    #: loader workers, the reference CPU loader; a torch DataLoader takes no prefetch factor without workers)
+    speedup_baseline: ClassVar[Mapping[str, Any]] = {"num_workers": 0, "loader": "cpu", "prefetch_factor": None}
+    #: Its MLPerf rules live in ``mlperf_rules/`` beside its module: ``open_<name>.yaml`` (and ``closed_<name>.yaml``
+    #: for a published recipe), which the suite's ruleset chains (``suite/results/mlperf_rules/common.yaml``)
     default_preset: ClassVar[str]
 
     @classmethod

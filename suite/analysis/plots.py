@@ -1,4 +1,4 @@
-"""PNG plots like the blog's chart (matplotlib, Agg): throughput and memory against
+"""PNG plots like a published benchmark's chart (matplotlib, Agg): throughput and memory against
 ``dataloader_num_workers``, one line per configuration with the workers axis left out."""
 
 from __future__ import annotations
@@ -28,15 +28,7 @@ def finish_workers_axis(axis: Any, title: str, ylabel: str, workers: Sequence[in
 
 def series_name(row: Row) -> str:
     """A row's line: every axis but the worker count."""
-    c = row.config
-    name = f"{c.workload}/{c.preset} device={c.device} loader={c.loader} {c.precision} {c.engine}"
-    if c.prefetch_factor is not None:
-        name += f" prefetch={c.prefetch_factor}"
-    if c.nproc_per_node > 1:
-        name += f" nproc={c.nproc_per_node}"
-    if c.nnodes > 1:
-        name += f" nodes={c.nnodes}"
-    return name
+    return f"{row.config.workload}/{row.config.preset} {row.config.describe(leave_out=('num_workers',))}"
 
 
 def _pyplot() -> Any:

@@ -62,8 +62,18 @@ def _load_json_reference(name_or_path: str, required: tuple[str, ...], what: str
 
 
 def load_reference(name_or_path: str) -> tuple[Path, dict[str, Any]]:
-    """Published results (``reference/<name>.json``: the blog's table and its suite configuration)."""
+    """Published results (``reference/<name>.json``: a benchmark's published table and its suite configuration)."""
     return _load_json_reference(name_or_path, ("results", "suite_config"), "published-results")
+
+
+def refuse_other_workload(path: Path, data: dict[str, Any], workloads: Iterable[str]) -> None:
+    """:class:`SuiteError` where published figures (``suite_config.workload``) are of another workload than the
+    measured rows': one workload's matrix is never set beside another's published figures."""
+    published_for = (data.get("suite_config") or {}).get("workload")
+    others = sorted({w for w in workloads if w != published_for})
+    if published_for is not None and others:
+        raise SuiteError(f"{path.name} publishes figures of workload {published_for!r}, and these runs are of "
+                         f"{', '.join(repr(w) for w in others)}: not set side by side")
 
 
 def load_quality_reference(name_or_path: str) -> tuple[Path, dict[str, Any]]:

@@ -1,7 +1,7 @@
 """The ``suite`` command line.
 
-`suite run` with no arguments runs the default CPU matrix (tiny BridgeTower preset, synthetic
-New-Yorker-like data, ``dataloader_num_workers`` 0, 1, 2) into a local MLflow store (``./mlflow.db``)
+`suite run` with no arguments runs the default CPU matrix (the default preset and data of the workload
+this distribution ships, ``dataloader_num_workers`` 0, 1, 2) into a local MLflow store (``./mlflow.db``)
 and a new results folder. ``suite list`` shows workloads, presets and devices; ``suite audit`` re-runs a
 recorded matrix and checks it; ``suite compare`` sets configurations side by side and beside published results;
 ``suite report`` writes one shareable page of a matrix; ``suite recover`` / ``suite upload`` finish what a crash

@@ -26,7 +26,7 @@ def add_parsers(sub: Any) -> None:
         description="Measure the workload's image input pipelines side by side on the same images in one run: "
                     "images/s per worker and end-to-end batches/s through a DataLoader, in interleaved rounds; "
                     "ratios to the reference pipeline and fidelity (closed: max deviation, open: PSNR).")
-    bench.add_argument("--workload", default=options.DEFAULT_WORKLOAD)
+    bench.add_argument("--workload", default=None, help=options.WORKLOAD_HELP)
     bench.add_argument("--dataset", default=None, help="as `suite run` (default: synthetic)")
     bench.add_argument("--images", type=options.int_at_least(1), default=480, help="images per pass (default: 480)")
     bench.add_argument("--image-size", type=options.int_at_least(8), default=294,

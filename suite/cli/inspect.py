@@ -6,7 +6,7 @@ import argparse
 from typing import Any, Sequence
 
 from suite.cli.display import wide_console
-from suite.cli.options import DEFAULT_WORKLOAD
+from suite.cli.options import WORKLOAD_HELP
 from suite.devices.probe import probe
 from suite.registry import device_names, load_device, load_workload, workload_names
 
@@ -22,7 +22,7 @@ def add_parsers(sub: Any) -> None:
                                          "logged in (<group>/<name>), the values it can take (a recorded value "
                                          "outside them is shown as '-' with the reason), and whether configurations "
                                          "are compared by it; then the facts readers look into, with their types.")
-    metrics.add_argument("--workload", default=DEFAULT_WORKLOAD, help="whose own figures to add (default: %(default)s)")
+    metrics.add_argument("--workload", default=None, help=WORKLOAD_HELP)
     metrics.add_argument("--json", action="store_true", help="as JSON: {figures: [...], facts: [...]}")
     metrics.set_defaults(func=cmd_metrics)
 
@@ -75,6 +75,10 @@ def cmd_list(args: argparse.Namespace, argv: Sequence[str]) -> int:
     print("workloads:")
     for name in workload_names():
         cls = load_workload(name)
+        if cls.datasets:
+            print(f"  {name} --dataset: {cls.datasets}")
+        if cls.published_reference:
+            print(f"  {name} published reference: {cls.published_reference} (suite report sets matrices beside it)")
         for preset in cls.presets.values():
             default = " (default)" if preset.name == cls.default_preset else ""
             print(f"  {name}/{preset.name}{default}: {preset.description}")

@@ -13,8 +13,8 @@ from suite.errors import SuiteError
 from suite.redact import redact_text
 from suite.text import visible
 
-DESCRIPTION = """`suite run` with no arguments runs the default CPU matrix (tiny BridgeTower preset, synthetic
-New-Yorker-like data, ``dataloader_num_workers`` 0, 1, 2) into a local MLflow store (``./mlflow.db``)
+DESCRIPTION = """`suite run` with no arguments runs the default CPU matrix (the default preset and data of the
+workload this distribution ships, ``dataloader_num_workers`` 0, 1, 2) into a local MLflow store (``./mlflow.db``)
 and a new results folder. ``suite list`` shows workloads, presets and devices; ``suite audit`` re-runs a
 recorded matrix and checks it; ``suite compare`` sets configurations side by side and beside published results;
 ``suite report`` writes one shareable page of a matrix; ``suite recover`` / ``suite upload`` finish what a crash
@@ -58,6 +58,14 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Name
     return args
 
 
+def resolve_workload(args: argparse.Namespace) -> None:
+    """``--workload`` left out: the workload this distribution ships (:func:`suite.registry.default_workload`)."""
+    if hasattr(args, "workload") and args.workload is None:
+        from suite.registry import default_workload
+
+        args.workload = default_workload()
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: the running configuration is recorded as KILLED."""
 
@@ -80,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.started_at = started_at
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
+        resolve_workload(args)
         return args.func(args, argv)
     except SuiteError as exc:
         print(f"suite: error: {visible(redact_text(str(exc)))}", file=sys.stderr)

@@ -198,14 +198,14 @@ def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunCon
 def _write_report(folder: Path, recorder: Any, outcome: Any) -> Path | None:
     """report.html and report.md into the results folder, attached to the MLflow matrix run; a report that cannot
     be made is a warning (the runs are recorded either way)."""
-    from suite.report import DEFAULT_REFERENCE, mlflow_summary, write_report
+    from suite.report import mlflow_summary, write_report
     from suite.report.content import from_folder
 
     if not any(r.status == FINISHED and not r.recorded_elsewhere for r in outcome.results) \
             or outcome.recording_error is not None:
         return None
     try:
-        content = from_folder(folder, DEFAULT_REFERENCE)
+        content = from_folder(folder, None)  # beside the workload's own published reference
         files = write_report(content, folder)
     except SuiteError as exc:
         say(f"suite: warning: no report: {visible(exc)}", file=sys.stderr)

@@ -12,7 +12,8 @@ from typing import Any, Callable, Sequence
 
 from suite.config import DEFAULT_SEED, DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, DIVISIONS, ENGINES, LOADERS, PRECISIONS
 
-DEFAULT_WORKLOAD = "bridgetower"
+#: What ``--workload`` says when it is not given (:func:`suite.registry.default_workload`, resolved after parsing).
+WORKLOAD_HELP = "workload plugin name (default: the one this distribution ships; see `suite list`)"
 
 
 # --- value parsers --------------------------------------------------------------------------------
@@ -108,7 +109,7 @@ def add_configuration_options(parser: argparse.ArgumentParser, matrix: bool, ste
     otherwise one value each (tune, bench-overhead). The fields are the same either way (devices, loaders...)."""
     many = parse_list if matrix else parse_one
     plural = "(s), comma-separated" if matrix else ""
-    parser.add_argument("--workload", default=DEFAULT_WORKLOAD, help="workload plugin name (default: %(default)s)")
+    parser.add_argument("--workload", default=None, help=WORKLOAD_HELP)
     parser.add_argument("--preset", default=None,
                         help="workload preset, e.g. tiny (default, random init) or large (the published recipe)")
     parser.add_argument("--device", dest="devices", type=many(str, "device names"), default=("cpu",),
@@ -132,8 +133,8 @@ def add_configuration_options(parser: argparse.ArgumentParser, matrix: bool, ste
                         help="deterministic kernels (bit-identical re-runs; the default); --no-deterministic runs as "
                              "the published method did, faster on CUDA, and is recorded as such (default: on)")
     parser.add_argument("--dataset", default=None,
-                        help="'synthetic' (default, generated locally), 'newyorker' (the published dataset from the "
-                             "hub, pinned revision) or an imagefolder path (images + metadata.jsonl)")
+                        help="the workload's dataset: a name it knows or a path (default: the workload's own; "
+                             "`suite list` says what each workload takes)")
     _add_quality_options(parser)
     _add_bound_options(parser)
     if matrix:

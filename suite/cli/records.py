@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import suite.cli.options as options
 from suite.analysis.compare import ResultSet, label_sets, nothing_comparable, rows_from_results, speedups
 from suite.analysis.plots import plot
-from suite.analysis.published import load_reference, measured_table, reference_table
+from suite.analysis.published import load_reference, measured_table, reference_table, refuse_other_workload
 from suite.cli.display import stamp, warn_unusable, wide_console
 from suite.cli.options import looks_like_run_id
 from suite.cli.tables import print_compare_table
@@ -51,14 +51,16 @@ def _add_compare_parser(sub: Any) -> None:
     compare.add_argument("--log-plots", action="store_true",
                          help="also log the plots as artifacts of the MLflow matrix run(s) the rows come from")
     compare.add_argument("--reference", default=None,
-                         help="published results name (e.g. bridgetower_hf_blog_2023) or path")
+                         help="published results set beside the rows (a name under reference/ or a path; see "
+                              "`suite list` for each workload's own)")
     options.add_tracking_option(compare)
     compare.set_defaults(func=cmd_compare)
 
 
 def _add_report_parser(sub: Any) -> None:
     report = sub.add_parser(
-        "report", help="one shareable page (HTML + Markdown) of a matrix: the blog's table and chart for your hardware",
+        "report", help="one shareable page (HTML + Markdown) of a matrix: the published benchmark's table and chart "
+                       "for your hardware",
         description="Write report.html (self-contained: charts embedded, nothing fetched) and report.md (with PNG "
                     "charts beside it) for a results folder or an MLflow matrix run: throughput per device x "
                     "dataloader_num_workers x loader with intervals and speed-ups, step-time percentiles, "
@@ -67,9 +69,9 @@ def _add_report_parser(sub: Any) -> None:
                     "reproduce.")
     report.add_argument("target", help="results folder or MLflow matrix run id")
     options.add_output_option(report, "the results folder itself; ./suite-results/report-<run id> for an MLflow run")
-    report.add_argument("--reference", default="bridgetower_hf_blog_2023",
-                        help="published results set beside the measured ones (name or path; 'none' to leave out; "
-                             "default: %(default)s)")
+    report.add_argument("--reference", default=None,
+                        help="published results set beside the measured ones (name under reference/ or path; 'none' "
+                             "to leave out; default: the workload's own, where it publishes some)")
     report.add_argument("--audit", type=Path, action="append", default=[], metavar="AUDIT",
                         help="an audit folder (or its audit.json) whose verdicts the report shows; repeatable "
                              "(audits recorded in MLflow against the matrix run are found by themselves)")
@@ -109,7 +111,7 @@ def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from suite.report import write_report
     from suite.report.content import from_folder, from_mlflow
 
-    reference = None if args.reference.lower() == "none" else args.reference
+    reference = "" if (args.reference or "").lower() == "none" else args.reference  # None: the workload's own
     target = Path(args.target)
     if target.is_dir():
         content = from_folder(target, reference, args.audit)
@@ -245,6 +247,7 @@ def _print_published(reference: str, rows: list[Any]) -> None:
     from suite.report.render import published_tables
 
     path, data = load_reference(reference)
+    refuse_other_workload(path, data, {row.config.workload for row in rows})
     title = data.get("title", path.stem)
     for table, what in zip(published_tables(align(reference_table(data), measured_table(rows))),
                            ("published and measured samples/s", "ratios, published and measured on one row")):

@@ -23,6 +23,7 @@ from suite.cli.display import say, warn_unusable
 from suite.cli.options import looks_like_run_id
 from suite.errors import SuiteError
 from suite.fileio import dumps_json
+from suite.registry import workload_class_or_base
 from suite.results.mlperf_log import RunInterval, interval_or_reason
 from suite.results.record import RunResult, distinct_runs
 from suite.results.store import ResultsStore
@@ -30,7 +31,6 @@ from suite.text import visible
 
 #: (the run, its manifest, its log's run_start -> run_stop or why not, where it comes from)
 Entry = tuple[RunResult, "dict[str, Any] | None", "RunInterval | str", str]
-DEFAULT_REFERENCE = "tiny_quality_reference"
 
 
 def add_parsers(sub: Any) -> None:
@@ -47,9 +47,9 @@ def add_parsers(sub: Any) -> None:
                     "with one line saying why (exit 2).")
     score.add_argument("results", nargs="+", metavar="RESULTS",
                        help="results folders and/or MLflow run ids (a matrix run or one configuration run)")
-    score.add_argument("--reference", default=DEFAULT_REFERENCE, metavar="NAME_OR_PATH",
+    score.add_argument("--reference", default=None, metavar="NAME_OR_PATH",
                        help="the quality reference giving the RCP: a name under reference/ or a JSON file "
-                            "(default: %(default)s)")
+                            "(default: the workload's own)")
     score.add_argument("--json", action="store_true", help="the scores as JSON")
     options.add_tracking_option(score, " for MLflow run ids")
     score.set_defaults(func=cmd_score)
@@ -95,13 +95,24 @@ def _distinct(entries: list[Entry]) -> list[Entry]:
     return [entry for entry in entries if id(entry[0]) in chosen]
 
 
+def _workloads_reference(timed: Sequence[Entry]) -> str:
+    """The quality reference of the runs' workload (:attr:`suite.workload.Workload.quality_reference`)."""
+    workloads = sorted({result.config.workload for result, _, _, _ in timed})
+    if len(workloads) != 1:
+        raise SuiteError(f"runs of several workloads ({', '.join(workloads)}): give --reference")
+    reference = workload_class_or_base(workloads[0]).quality_reference
+    if reference is None:
+        raise SuiteError(f"workload {workloads[0]!r} publishes no quality reference (RCP): give --reference")
+    return reference
+
+
 def cmd_score(args: argparse.Namespace, argv: Sequence[str]) -> int:
     entries = _distinct(_entries(args))
     timed = [e for e in entries if e[0].config.target_quality is not None]
     if not timed:
         raise SuiteError(f"none of the {len(entries)} run(s) is a time-to-train run (one with --target-quality): "
                          "nothing to score")
-    path, reference = load_quality_reference(args.reference)
+    path, reference = load_quality_reference(args.reference or _workloads_reference(timed))
     groups: dict[str, list[Entry]] = {}
     for entry in timed:
         groups.setdefault(scoring_key(entry[0].config), []).append(entry)

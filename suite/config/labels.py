@@ -8,15 +8,13 @@ from dataclasses import fields
 from typing import Any, Sequence
 
 from suite.config.matrix import MatrixSpec
-from suite.config.run import RunConfig, param_text
+from suite.config.run import AXES, RunConfig, param_text
 from suite.config.settings import MAX_REPEATS
 from suite.errors import ConfigError
 from suite.fileio import loads_bounded, read_regular_file
 
-#: The axes a person reads a configuration by, as (name shown, field), in the order shown.
-LABEL_AXES = (("device", "device"), ("workers", "num_workers"), ("loader", "loader"), ("precision", "precision"),
-              ("engine", "engine"), ("prefetch", "prefetch_factor"), ("nproc", "nproc_per_node"), ("nodes", "nnodes"),
-              ("batch", "batch_size"), ("seed", "seed"))
+#: The axes a person reads a configuration by, as (name shown, field), in the order shown: :data:`AXES`'s.
+LABEL_AXES = tuple((label, field_) for label, field_, _ in AXES)
 
 
 def short_labels(configs: Sequence[RunConfig]) -> dict[str, str]:

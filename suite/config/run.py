@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from suite.config.settings import (
     _SAFE,
@@ -20,6 +20,26 @@ from suite.config.settings import (
 )
 from suite.errors import ConfigError
 from suite.text import utf8_text
+
+#: The axes a configuration is described by, in order: (label, field, where :meth:`RunConfig.describe` shows it:
+#: ``always``, ``set`` where it differs from no-choice (``None``, one process, one node), ``varying`` only where
+#: configurations of a matrix differ in it, :func:`suite.config.labels.short_labels`). The one place a description
+#: is spelled (describe, short labels, plots, a speed-up's baseline).
+AXES: tuple[tuple[str, str, str], ...] = (
+    ("device", "device", "always"), ("workers", "num_workers", "always"), ("loader", "loader", "always"),
+    ("precision", "precision", "always"), ("engine", "engine", "always"), ("prefetch", "prefetch_factor", "set"),
+    ("nproc", "nproc_per_node", "set"), ("nodes", "nnodes", "set"), ("batch", "batch_size", "varying"),
+    ("seed", "seed", "varying"),
+)
+#: What "set" means for each such axis: its value when nothing was chosen.
+_UNSET = {"prefetch_factor": None, "nproc_per_node": 1, "nnodes": 1}
+
+
+def describe_fields(values: Mapping[str, Any], shown: Sequence[str] | None = None) -> str:
+    """``values`` (field -> value) as :meth:`RunConfig.describe` writes them (``workers=0 loader=cpu``), in
+    :data:`AXES` order; ``shown``: the fields written (default: every one given, but those that are None)."""
+    return " ".join(f"{label}={param_text(values[field_])}" for label, field_, _ in AXES if field_ in values
+                    and (field_ in shown if shown is not None else values[field_] is not None))
 
 
 def param_text(value: Any) -> str:
@@ -150,14 +170,10 @@ class RunConfig(RunSettings):
             values[f.name] = _from_param_text(f.name, params[f.name], str(f.type))
         return cls.from_dict(values)
 
-    def describe(self) -> str:
-        """The configuration as people read it: each axis named (``device=cpu workers=0 loader=cpu ...``)."""
-        text = (f"device={self.device} workers={self.num_workers} loader={self.loader} "
-                f"precision={self.precision} engine={self.engine}")
-        if self.prefetch_factor is not None:
-            text += f" prefetch={self.prefetch_factor}"
-        if self.nproc_per_node > 1:
-            text += f" nproc={self.nproc_per_node}"
-        if self.nnodes > 1:
-            text += f" nodes={self.nnodes}"
-        return text
+    def describe(self, leave_out: tuple[str, ...] = ()) -> str:
+        """The configuration as people read it: each axis named (``device=cpu workers=0 loader=cpu ...``), those of
+        :data:`AXES` shown always, the others where they are not their default; ``leave_out``: fields not shown (a
+        plot's line is every axis but the worker count)."""
+        shown = [f for _, f, where in AXES if f not in leave_out and
+                 (where == "always" or (where == "set" and getattr(self, f) != _UNSET[f]))]
+        return describe_fields({f: getattr(self, f) for f in shown})

@@ -66,7 +66,8 @@ class DeviceTraits:
     #: transformers Trainer wraps a model in ``nn.DataParallel`` over every visible GPU). None: no such variable.
     one_device_variable: str | None = None
     #: Environment variables a configuration process gets unless the user set them: how the published method ran
-    #: the device (Gaudi2: ``PT_HPU_LAZY_MODE=1``, the lazy mode the blog measured, where the stack defaults to eager).
+    #: the device (Gaudi2: ``PT_HPU_LAZY_MODE=1``, the lazy mode the published benchmark measured, where the stack
+    #: defaults to eager).
     child_defaults: Mapping[str, str] = field(default_factory=dict)
 
     @property

@@ -11,17 +11,17 @@ import contextlib
 import time
 from typing import Iterator
 
-#: Every phase the suite or the BridgeTower workload records, in the order they happen, with what it covers.
+#: Every phase the suite or a workload records, in the order they happen, with what it covers.
 SETUP_PHASES: dict[str, str] = {
     "process_start": "from the runner starting the process to its first line of Python (interpreter start)",
     "imports": "importing the suite, torch, the device's and the workload's modules",
     "device": "device set-up: the adapter, the distributed group, determinism and seeds",
     "dataset": "opening the dataset: reading its metadata and checking every file (without hashing)",
     "fingerprint": "the dataset fingerprint: a sha256 per file (cached by path, size and mtime) and of the set",
-    "tokenization": "tokenizing every caption (cached by tokenizer, dataset fingerprint and max length)",
+    "tokenization": "the workload's text preprocessing: tokenizing every caption (cached where the workload caches it)",
     "model": "building (or loading) the model, weights fingerprint, placing it on the device, optimizer",
-    "eval_inputs": "the held-out images through the loader's worker-side pipeline once, before the run (read from "
-                   "the cache where an earlier run made them; workloads.bridgetower.eval_inputs)",
+    "eval_inputs": "the workload's held-out inputs prepared once, before the run (read from the cache where an "
+                   "earlier run made them)",
     "loader_start": "from the start of training to the first batch in hand (loader workers started)",
     "first_step": "from the configuration's start (its hand-over to a process started ahead of its turn, or its "
                   "launch) to the end of its first training step: the first-step latency",

@@ -1,4 +1,5 @@
-"""``suite report``: a matrix as the blog showed its own, for the user's hardware, in one shareable page.
+"""``suite report``: a matrix as the workload's published benchmark showed its own, for the user's hardware, in one
+shareable page.
 
 :mod:`.content` gathers what is said (from a results folder or an MLflow matrix run), :mod:`.charts` draws it,
 :mod:`.render` formats it as a self-contained HTML file and a Markdown twin, :mod:`.browser` renders the page in
@@ -16,7 +17,6 @@ from suite.fileio import write_bytes_atomic, write_text_atomic
 from suite.report.content import ReportContent
 from suite.text import markdown_literal
 
-DEFAULT_REFERENCE = "bridgetower_hf_blog_2023"
 HTML_NAME = "report.html"
 MARKDOWN_NAME = "report.md"
 
@@ -53,7 +53,7 @@ def write_report(content: ReportContent, folder: Path) -> ReportFiles:
 
 def mlflow_summary(content: ReportContent) -> tuple[dict[str, float], str, dict[str, str]]:
     """What a matrix's MLflow run shows a reader: summary metrics (best throughput, configurations measured, the
-    best's speed-up over its workers=0 CPU-loader baseline), a Markdown description with the results table, and
+    best's speed-up over its workload's baseline), a Markdown description with the results table, and
     tags naming the best configuration."""
     from suite.report.render import markdown_table, results_table
 

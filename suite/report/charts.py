@@ -1,4 +1,4 @@
-"""The report's charts (matplotlib, Agg), drawn like the blog's: grouped bars per device, one bar per
+"""The report's charts (matplotlib, Agg), drawn like a published benchmark's: grouped bars per device, one bar per
 ``dataloader_num_workers`` value, the on-device-decode bars beside; plus host RAM and device memory.
 
 Each chart is returned as a :class:`Chart` holding the figure as SVG (embedded in the HTML as a data URI) and PNG
@@ -16,7 +16,7 @@ from suite.analysis.host_ram_figures import HOST_RAM_FIGURES
 
 MiB = 2**20
 
-#: Bar colour per loader: the CPU loader as the blog's plain bars, on-device decode in a contrasting colour.
+#: Bar colour per loader: the CPU loader as plain bars, on-device decode in a contrasting colour.
 LOADER_COLOURS = {"cpu": "#4c72b0", "cpu-fast": "#55a868", "device": "#dd8452", "dali": "#c44e52"}
 
 

@@ -1,7 +1,8 @@
 """What a report says, gathered once from a results folder or an MLflow matrix run.
 
-:class:`ReportContent` holds the rows (one per configuration id, as ``suite compare``), the blog-style speed-ups
-(each row over workers 0 with the CPU loader of its own device, precision and engine), the published figures
+:class:`ReportContent` holds the rows (one per configuration id, as ``suite compare``), the speed-ups a published
+benchmark shows (each row over its workload's baseline, by default workers 0 with the CPU loader, of its own device,
+precision and engine), the published figures
 lined up with the measured ones (:func:`suite.analysis.published.align`), audit verdicts when there are any,
 and provenance (commit, versions, fingerprints, the command to reproduce). The renderers
 (:mod:`suite.report.render`) only format it.
@@ -16,9 +17,18 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from suite.analysis.compare import THROUGHPUT, Row, nothing_comparable, rows_from_results
-from suite.analysis.published import Alignment, align, load_reference, measured_table, reference_table
+from suite.analysis.published import (
+    Alignment,
+    align,
+    load_reference,
+    measured_table,
+    reference_table,
+    refuse_other_workload,
+)
+from suite.config.run import describe_fields
 from suite.errors import SuiteError
 from suite.redact import redact_argv
+from suite.registry import workload_class_or_base
 from suite.results.files import AUDIT_FILE, read_audit_checks
 from suite.results.record import FINISHED, RunResult, dataset_warning, differing_datasets
 from suite.results.store import ResultsStore
@@ -77,20 +87,26 @@ class ReportContent:
         base = baseline_of(best, self.rows)
         if speedup is None or base is None or base is best:
             return text + "."
+        baseline = baseline_text(best.config.workload)
         if intervals_separate(best, base):
-            return text + f", {speedup:.2f}x over workers=0 loader=cpu on the same device (95 % intervals apart)."
-        return text + (f"; no significant difference from workers=0 loader=cpu on the same device ({speedup:.2f}x, "
+            return text + f", {speedup:.2f}x over {baseline} on the same device (95 % intervals apart)."
+        return text + (f"; no significant difference from {baseline} on the same device ({speedup:.2f}x, "
                        "but their 95 % intervals overlap or were not recorded).")
 
 
 def baseline_of(row: Row, rows: Sequence[Row]) -> Row | None:
-    """The row of workers 0 with the CPU loader and otherwise ``row``'s axes (device, precision, engine, prefetch,
-    processes, batch...): the blog's baseline; ``None`` where it was not run."""
+    """The row of ``row``'s workload's speed-up baseline (:attr:`suite.workload.Workload.speedup_baseline`: its
+    published benchmark's, no loader workers with the CPU loader) with otherwise ``row``'s axes (device, precision,
+    engine, processes, batch...); ``None`` where it was not run."""
     import dataclasses
 
-    base_config = dataclasses.replace(row.config, num_workers=0, loader="cpu",
-                                      prefetch_factor=None)  # torch refuses a prefetch factor at 0 workers
+    base_config = dataclasses.replace(row.config, **workload_class_or_base(row.config.workload).speedup_baseline)
     return next((r for r in rows if r.config_id == base_config.config_id), None)
+
+
+def baseline_text(workload: str) -> str:
+    """The workload's speed-up baseline as a configuration is described (``workers=0 loader=cpu``)."""
+    return describe_fields(workload_class_or_base(workload).speedup_baseline)
 
 
 def intervals_separate(faster: Row, slower: Row) -> bool:
@@ -100,8 +116,8 @@ def intervals_separate(faster: Row, slower: Row) -> bool:
 
 
 def baseline_speedups(rows: Sequence[Row]) -> dict[str, float | None]:
-    """Each row's throughput over its :func:`baseline_of` row, as the blog's table; ``None`` where that row was not
-    run."""
+    """Each row's throughput over its :func:`baseline_of` row, as a published benchmark's table; ``None`` where that
+    row was not run."""
     out: dict[str, float | None] = {}
     for row in rows:
         base = baseline_of(row, rows)
@@ -110,14 +126,25 @@ def baseline_speedups(rows: Sequence[Row]) -> dict[str, float | None]:
 
 
 def _alignment(rows: Sequence[Row], reference: str | None, content: ReportContent) -> None:
+    """The published figures beside the measured ones: ``reference`` names them, ``None`` takes the workload's own
+    (:attr:`suite.workload.Workload.published_reference`), ``""`` none. Figures published for another workload are
+    never set beside these rows."""
+    workload = rows[0].config.workload
+    if reference is None:
+        reference = workload_class_or_base(workload).published_reference
     if not reference:
         return
     path, data = load_reference(reference)
+    try:
+        refuse_other_workload(path, data, {r.config.workload for r in rows})
+    except SuiteError as exc:
+        content.alignment_error = str(exc)
+        return
     content.reference_title = data.get("title", path.stem)
     content.reference_url = (data.get("source") or {}).get("url")
-    workload = data.get("workload") or {}
-    content.reference_shape = (f"{workload.get('model', '?')}, {workload.get('devices', '?')} devices, batch "
-                               f"{workload.get('per_device_batch_size', '?')} per device, "
+    shape = data.get("workload") or {}
+    content.reference_shape = (f"{shape.get('model', '?')}, {shape.get('devices', '?')} devices, batch "
+                               f"{shape.get('per_device_batch_size', '?')} per device, "
                                f"{data['suite_config'].get('precision')} {data['suite_config'].get('engine')}")
     try:
         content.alignment = align(reference_table(data), measured_table(rows))

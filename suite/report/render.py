@@ -20,7 +20,7 @@ from suite.config import ENGINE_NOTES, param_text
 from suite.config.labels import LABEL_AXES
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.report.charts import Bar, Chart, grouped_bars, memory_bars
-from suite.report.content import ReportContent
+from suite.report.content import ReportContent, baseline_text
 from suite.text import html_text, markdown_fence, markdown_literal, visible
 
 MiB = 2**20
@@ -60,7 +60,8 @@ def _mib(metrics: dict[str, float], key: str) -> str:
 
 def results_table(content: ReportContent) -> Table:
     table = Table(["device", "loader", "workers", "precision", "engine", "samples/s", "95% interval",
-                   "speed-up vs workers=0 loader=cpu", "step p50 ms", "step p99 ms", "data-wait",
+                   f"speed-up vs {baseline_text(content.rows[0].config.workload)}", "step p50 ms", "step p99 ms",
+                   "data-wait",
                    *(f"{label} MiB" for _, label in HOST_RAM_FIGURES), "device peak MiB", "memory trend",
                    "eval_accuracy", "runs", "host"], [])
     for row in content.rows:
@@ -164,8 +165,9 @@ def sections(content: ReportContent) -> list[Section]:
                               bars, "samples/s")
     out = [Section("Summary", summary),
            Section("Throughput by device, loader workers and loader",
-                   ["Speed-up: over workers=0 with loader=cpu and every other axis equal (the blog's baseline). "
-                    + measured_shape(rows), *chance_note(rows)],
+                   [f"Speed-up: over {baseline_text(rows[0].config.workload)} and every other axis equal (the "
+                    "workload's baseline, as its published benchmark measured). " + measured_shape(rows),
+                    *chance_note(rows)],
                    [results_table(content)], [throughput]),
            *_bounded_section(rows),
            Section("Memory", [], [], [memory_bars(rows, lambda r: _group(r, rows))])]

@@ -22,8 +22,9 @@ from typing import Any
 
 from mlperf_logging.mllog import constants
 
-#: The entry file of our ruleset (MLCommons' format): common rules, then the benchmark's file for the log's division.
-RULESET = Path(__file__).parent / "rules" / "bridgetower_1.0.0" / "common.yaml"
+#: The entry file of our ruleset (MLCommons' format): common rules, then the benchmark's file for the log's division,
+#: found in the rules folder beside the workload's module (``mlperf_rules/<division>_<name>.yaml``).
+RULESET = Path(__file__).parent / "mlperf_rules" / "common.yaml"
 #: mllog intervals end with a different key than they start with.
 START_OF = {constants.INIT_STOP: constants.INIT_START, constants.RUN_STOP: constants.RUN_START,
             constants.BLOCK_STOP: constants.BLOCK_START, constants.EPOCH_STOP: constants.EPOCH_START,
@@ -262,7 +263,7 @@ def check_stock_common(log_path: str | Path, ruleset: str | None = None) -> Stoc
 
     ``common.yaml`` then enqueues ``<division>_common.yaml``, whose only rule accepts MLPerf's own benchmark names
     and enqueues a benchmark-specific ``<division>_<benchmark>.yaml``: neither can apply to a benchmark that is not
-    an MLPerf one (for ``bridgetower`` the checker's command line even crashes opening the missing file). Those
+    an MLPerf one (for such a benchmark the checker's command line even crashes opening the missing file). Those
     enqueued configs are reported as :attr:`StockCheck.not_applicable`, never silently passed.
     """
     from mlperf_logging.compliance_checker import mlp_compliance

@@ -39,6 +39,11 @@ class BridgeTowerWorkload(Workload):
     presets: ClassVar[Mapping[str, BridgeTowerPreset]] = PRESETS
     default_preset: ClassVar[str] = "tiny"
     figures: ClassVar[tuple[Figure, ...]] = QUALITY_FIGURES
+    datasets: ClassVar[str] = ("'synthetic' (default: New-Yorker-like cartoons generated locally; 'synthetic:N' for N "
+                               "of them), 'newyorker' (the published dataset from the hub, pinned revision) or an "
+                               "imagefolder path (images + metadata.jsonl)")
+    published_reference: ClassVar[str | None] = "bridgetower_hf_blog_2023"
+    quality_reference: ClassVar[str | None] = "tiny_quality_reference"
 
     @classmethod
     def describe_preset(cls, name: str) -> dict[str, Any]:
