@@ -8,7 +8,7 @@ compared by it. Writers, readers, tables and checks take names, units and bounds
 The suite's own figures are :data:`FIGURES`; a family of names made at run time (``setup_<phase>_s``,
 ``device_<name>_bytes``, ``trainer_<key>``, a workload's ``eval_<figure>``) is declared by a :class:`Family`; a
 workload declares its own figures precisely (:attr:`suite.workload.Workload.figures`: its quality metrics, their
-bounds), which take the family's place in :func:`catalogue_of`. A name the catalogue does not know is still read, as
+bounds), which take the family's place in :func:`suite.workload.catalogue_of`. A name the catalogue does not know is still read, as
 long as it is a finite number.
 
 :func:`check_value` is what a reader asks of a recorded value: ``None`` when it can be shown and computed with, else
@@ -241,18 +241,6 @@ class Catalogue:
 
 #: The suite's own figures, without a workload's.
 CORE = Catalogue()
-
-
-def catalogue_of(workload: str) -> Catalogue:
-    """The suite's figures with the workload's own (:attr:`suite.workload.Workload.figures`); the suite's alone for
-    a workload not installed here (a results folder uploaded from elsewhere)."""
-    from suite.errors import SuiteError
-    from suite.registry import load_workload
-
-    try:
-        return Catalogue(getattr(load_workload(workload), "figures", ()))
-    except SuiteError:
-        return CORE
 
 
 def check_value(name: str, value: Any, catalogue: Catalogue = CORE) -> str | None:

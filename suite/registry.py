@@ -66,18 +66,6 @@ def load_decoder(name: str) -> type["Decoder"]:
     return _load(DECODERS_GROUP, "decoder", name)
 
 
-def workload_class_or_base(name: str) -> type["Workload"]:
-    """The workload class registered as ``name``, or the :class:`~suite.workload.Workload` interface itself where no
-    such workload is installed here (a results folder uploaded from elsewhere): its declared defaults (no published
-    reference, the suite's speed-up baseline) then stand."""
-    from suite.workload import Workload
-
-    try:
-        return load_workload(name)
-    except SuiteError:
-        return Workload
-
-
 def default_workload() -> str:
     """The workload ``suite`` runs when none is named: the one this distribution ships (its ``suite.workloads`` entry
     point), else the only one installed; :class:`UnknownPluginError` where that leaves a choice or nothing."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Mapping
 
 from suite.errors import SuiteError
-from suite.figures import Figure
+from suite.figures import Catalogue, Figure
 
 if TYPE_CHECKING:
     import torch
@@ -180,3 +180,21 @@ class Workload(ABC):
 
     def teardown(self) -> None:
         """Release loader workers and other resources."""
+
+
+def workload_class_or_base(name: str) -> type[Workload]:
+    """The workload class registered as ``name``, or the :class:`Workload` interface itself where no such workload is
+    installed here (a results folder uploaded from elsewhere): its declared defaults (no published reference, the
+    suite's speed-up baseline) then stand."""
+    from suite.registry import load_workload
+
+    try:
+        return load_workload(name)
+    except SuiteError:
+        return Workload
+
+
+def catalogue_of(workload: str) -> Catalogue:
+    """The suite's figures with the workload's own (:attr:`Workload.figures`); the suite's alone for a workload not
+    installed here."""
+    return Catalogue(workload_class_or_base(workload).figures)

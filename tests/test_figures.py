@@ -10,7 +10,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from suite.cli import main
-from suite.figures import CORE, FACTS, Catalogue, Figure, catalogue_of, check_value, misfit_fact
+from suite.figures import CORE, FACTS, Catalogue, Figure, check_value, misfit_fact
+from suite.workload import catalogue_of
 from suite.tracking.metric_names import mlflow_name, suite_name
 
 from conftest import runs_of

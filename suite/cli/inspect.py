@@ -31,8 +31,9 @@ def cmd_metrics(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    from suite.figures import FACTS, catalogue_of
+    from suite.figures import FACTS
     from suite.fileio import dumps_json
+    from suite.workload import catalogue_of
 
     figures = catalogue_of(args.workload).listing()
     if args.json:

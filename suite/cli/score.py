@@ -23,11 +23,11 @@ from suite.cli.display import say, warn_unusable
 from suite.cli.options import looks_like_run_id
 from suite.errors import SuiteError
 from suite.fileio import dumps_json
-from suite.registry import workload_class_or_base
 from suite.results.mlperf_log import RunInterval, interval_or_reason
 from suite.results.record import RunResult, distinct_runs
 from suite.results.store import ResultsStore
 from suite.text import visible
+from suite.workload import workload_class_or_base
 
 #: (the run, its manifest, its log's run_start -> run_stop or why not, where it comes from)
 Entry = tuple[RunResult, "dict[str, Any] | None", "RunInterval | str", str]

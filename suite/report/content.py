@@ -28,11 +28,11 @@ from suite.analysis.published import (
 from suite.config.run import describe_fields
 from suite.errors import SuiteError
 from suite.redact import redact_argv
-from suite.registry import workload_class_or_base
 from suite.results.files import AUDIT_FILE, read_audit_checks
 from suite.results.record import FINISHED, RunResult, dataset_warning, differing_datasets
 from suite.results.store import ResultsStore
 from suite.tracking.reading import matrix_run_view
+from suite.workload import workload_class_or_base
 
 #: Manifest fields shown as provenance, in this order.
 FINGERPRINTS = ("dataset_fingerprint", "tokenizer_sha256", "initial_weights_sha256")

@@ -18,7 +18,6 @@ from suite.analysis.scoring import ConfigScore
 from suite.analysis.summary import summary_line
 from suite.config import RunConfig
 from suite.config.labels import short_labels
-from suite.figures import catalogue_of
 from suite.redact import redact_argv
 from suite.results.files import MatrixInfo, RunFiles
 from suite.results.record import RUNNING, RunResult
@@ -27,6 +26,7 @@ from suite.tracking import mlflow_gateway as tags_
 from suite.tracking.base import Recorder
 from suite.tracking.metric_names import mlflow_metrics
 from suite.tracking.mlflow_gateway import MlflowGateway
+from suite.workload import catalogue_of
 
 #: The experiment's description (MLflow shows it above the runs table).
 EXPERIMENT_NOTE = (

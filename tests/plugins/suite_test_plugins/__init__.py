@@ -189,3 +189,68 @@ class LeakyLoaderWorkload(SteadyLoaderWorkload):
     name = "leaky-loader"
     presets = {"default": Preset("default", batch_size=2, description="2 MiB per sample, every one kept")}
     leak = True
+
+
+# --- a second workload, to prove the boundary (issue 48): nothing in suite/ knows it ---------------------------------
+from suite.figures import Figure  # noqa: E402
+
+
+class _Points(torch.utils.data.Dataset):
+    """y = 3x - 1 + noise, x in [-1, 1]: deterministic by index (no global RNG), so every worker count gives the same
+    batches."""
+
+    def __init__(self, count: int, offset: int) -> None:
+        self.count, self.offset = count, offset
+
+    def __len__(self):
+        return self.count
+
+    def __getitem__(self, index):
+        generator = torch.Generator().manual_seed(self.offset + index)
+        x = torch.rand(1, generator=generator) * 2 - 1
+        return x, 3 * x - 1 + 0.01 * torch.randn(1, generator=generator)
+
+
+class RegressionWorkload(Workload):
+    """A line fitted by SGD: the smallest workload the suite can measure, with a quality (the share of held-out points
+    predicted within 0.1) and no published reference. Not shipped: the tests run it through every command."""
+
+    name = "regression"
+    presets = {"tiny": Preset("tiny", batch_size=16, description="a line, 512 training points, 128 held out")}
+    default_preset = "tiny"
+    figures = (Figure("eval_accuracy", "1", "share of held-out points predicted within 0.1", "quality", 0.0, 1.0),)
+    datasets = "none: the points are made from their index"
+
+    def setup(self):
+        self.model = torch.nn.Linear(1, 1)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.2)
+        generator = torch.Generator().manual_seed(self.config.seed)
+        self.loader = torch.utils.data.DataLoader(_Points(512, 0), batch_size=self.config.batch, shuffle=True,
+                                                  generator=generator, num_workers=self.config.num_workers,
+                                                  persistent_workers=self.config.num_workers > 0)
+        self.held_out = [_Points(128, 10_000)[i] for i in range(128)]
+
+    def batches(self):
+        while True:
+            yield from self.loader
+
+    def train_step(self, batch):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.model(x), y)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    def count_samples(self, batch):
+        return len(batch[0])
+
+    def evaluate(self):
+        with torch.no_grad():
+            x = torch.stack([p[0] for p in self.held_out])
+            y = torch.stack([p[1] for p in self.held_out])
+            close = ((self.model(x) - y).abs() < 0.1).float().mean().item()
+        return {"eval_accuracy": close, "eval_samples": float(len(self.held_out))}
+
+    def observed_loader(self):
+        return {"loader": "cpu", "num_workers": self.loader.num_workers, "prefetch_factor": self.loader.prefetch_factor}
