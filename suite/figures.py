@@ -8,8 +8,8 @@ compared by it. Writers, readers, tables and checks take names, units and bounds
 The suite's own figures are :data:`FIGURES`; a family of names made at run time (``setup_<phase>_s``,
 ``device_<name>_bytes``, ``trainer_<key>``, a workload's ``eval_<figure>``) is declared by a :class:`Family`; a
 workload declares its own figures precisely (:attr:`suite.workload.Workload.figures`: its quality metrics, their
-bounds), which take the family's place in :func:`suite.workload.catalogue_of`. A name the catalogue does not know is still read, as
-long as it is a finite number.
+bounds), which take the family's place in :func:`suite.workload.catalogue_of`. A name the catalogue does not know is
+still read, as long as it is a finite number.
 
 :func:`check_value` is what a reader asks of a recorded value: ``None`` when it can be shown and computed with, else
 the reason it cannot (not a finite number, outside the figure's bounds). A value that fails is never divided by: it
