@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suite.analysis.equivalence import FAIL, INCONCLUSIVE, PASS
 from suite.audit.record_checks import (
@@ -64,6 +64,10 @@ from suite.results.record import FINISHED, RUNNING, RunResult
 from suite.results.store import ResultsStore
 from suite.run.launch import launch
 from suite.tracking.reading import matrix_records
+
+if TYPE_CHECKING:
+    from suite.run.launch import Progress
+    from suite.tracking.mlflow_gateway import MlflowGateway
 
 
 # --- loading a recorded matrix ------------------------------------------------------------------------
@@ -98,7 +102,7 @@ def load_directory(target: Path) -> Recorded:
     return Recorded(results, manifests, store.scores(), incomplete)
 
 
-def load_mlflow_run(gateway: Any, run_id: str) -> Recorded:
+def load_mlflow_run(gateway: MlflowGateway, run_id: str) -> Recorded:
     """A matrix run's (or one configuration run's) records, from its MLflow artifacts."""
     results, manifests, scores = matrix_records(gateway, run_id)
     return Recorded(results, manifests, scores)
@@ -106,7 +110,7 @@ def load_mlflow_run(gateway: Any, run_id: str) -> Recorded:
 
 def audit_recorded(recorded: Recorded, target: str, store: ResultsStore | None, rerun: bool = True,
                    loss_rtol: float = DEFAULT_LOSS_RTOL, throughput_tolerance: float = DEFAULT_THROUGHPUT_TOLERANCE,
-                   progress: Any = None, loaders: Any = None) -> AuditReport:
+                   progress: Progress | None = None, loaders: Any = None) -> AuditReport:
     """Record checks on every run; with ``rerun``, each configuration run again into ``store`` (the audit's
     own results folder) and compared with its first recorded run; with ``loaders`` (a
     :class:`~suite.audit.loaders.LoaderAudit`), every loader against the reference (:mod:`.loaders`)."""
@@ -122,7 +126,7 @@ def audit_recorded(recorded: Recorded, target: str, store: ResultsStore | None, 
 
 
 def _audit_records(recorded: Recorded, target: str, store: ResultsStore | None, rerun: bool, loss_rtol: float,
-                   throughput_tolerance: float, progress: Any) -> AuditReport:
+                   throughput_tolerance: float, progress: Progress | None) -> AuditReport:
 
     report = AuditReport(target=target, audited_run_ids=[r.mlflow_run_id for r in recorded.results if r.mlflow_run_id])
     if recorded.incomplete:
@@ -172,7 +176,7 @@ def _audit_records(recorded: Recorded, target: str, store: ResultsStore | None, 
     return report
 
 
-def log_audit_to_mlflow(report: AuditReport, gateway: Any, experiment: str, artifact: Path) -> str:
+def log_audit_to_mlflow(report: AuditReport, gateway: MlflowGateway, experiment: str, artifact: Path) -> str:
     """Record the audit as an MLflow run linked to the audited runs (:func:`suite.tracking.side_runs.log_audit`);
     returns its run id."""
     from suite.tracking.side_runs import log_audit

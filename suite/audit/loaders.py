@@ -23,7 +23,7 @@ import json
 import math
 import subprocess
 import sys
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from suite.analysis.equivalence import FAIL, PASS
 from suite.audit.verdicts import SKIP, Check
@@ -31,6 +31,10 @@ from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.registry import load_device, load_workload
 from suite.run.launch import launch
+
+if TYPE_CHECKING:
+    from suite.results.store import ResultsStore
+    from suite.run.launch import Progress
 
 #: The reference loader: workers decode and preprocess as the published method does.
 REFERENCE_LOADER = "cpu"
@@ -147,7 +151,7 @@ class LoaderAudit:
     loss_rtol: float = DEFAULT_LOSS_RTOL
 
 
-def loader_checks(configs: Sequence[RunConfig], store: Any, progress: Any, options: LoaderAudit,
+def loader_checks(configs: Sequence[RunConfig], store: ResultsStore, progress: Progress | None, options: LoaderAudit,
                   command: Sequence[str]) -> list[Any]:
     """For each device, precision and engine of the recorded configurations: every loader the device runs, pixels
     and first losses against the reference loader (see the module docstring)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import suite.cli.options as options
 from suite.audit import loaders as loader_audit
@@ -20,6 +20,9 @@ from suite.redact import redact_argv
 from suite.results.files import AUDIT_FILE, MatrixInfo
 from suite.results.store import ResultsStore
 from suite.tracking.stores import normalize_uri
+
+if TYPE_CHECKING:
+    from suite.tracking.mlflow_gateway import MlflowGateway
 
 
 def add_parsers(sub: Any) -> None:
@@ -71,7 +74,7 @@ def add_parsers(sub: Any) -> None:
 
 
 
-def _load_recorded(target: str, gateway: Any) -> Any:
+def _load_recorded(target: str, gateway: MlflowGateway) -> Any:
     from suite.audit.checks import load_directory, load_mlflow_run
 
     path = Path(target)

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from suite.analysis.summary import timing_line
 from suite.cli.display import PlainProgress, RichProgress, say, stamp
@@ -20,7 +20,7 @@ from suite.errors import ConfigError, SuiteError
 from suite.fileio import check_cache_writable
 from suite.meters.setup import process_started_at
 from suite.redact import redact_argv, redact_uri
-from suite.registry import load_workload
+from suite.registry import default_workload, load_workload
 from suite.results.environment import git_state, host_facts, package_versions
 from suite.results.files import MatrixInfo
 from suite.results.record import FINISHED, dataset_warning
@@ -30,22 +30,28 @@ from suite.run.matrix import resolve, run_matrix, shard_of, start_first
 from suite.text import visible
 from suite.tracking.stores import check_reachable, default_tracking_uri, normalize_uri, sqlite_path
 
+if TYPE_CHECKING:
+    from suite.run.matrix import MatrixOutcome
+    from suite.tracking.mlflow_recorder import MlflowRecorder
+    from suite.workload import Workload
+
 
 def spec_from_args(args: argparse.Namespace) -> MatrixSpec:
     """The matrix the options describe. The command line's schema is the configuration's: every option of a
     :class:`MatrixSpec` field has the field's name as its destination (``tests/test_cli.py`` holds it), so the spec
     takes each field the command's parser has, and the dataclass defaults for the rest."""
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(MatrixSpec) if hasattr(args, f.name)}
-    given["preset"] = args.preset or load_workload(args.workload).default_preset
+    given["workload"] = given.get("workload") or default_workload()  # left out: the one this distribution ships
+    given["preset"] = args.preset or load_workload(given["workload"]).default_preset
     return MatrixSpec.from_dict(given)
 
 
 @dataclasses.dataclass
 class MatrixRun:
-    outcome: Any
-    store: Any  # the results folder, still locked: the caller adds its own files, then releases it
+    outcome: MatrixOutcome
+    store: ResultsStore  # the results folder, still locked: the caller adds its own files, then releases it
     tracking_uri: str | None  # None: MLflow is not installed here, the folder alone holds the records
-    recorder: Any  # None without MLflow
+    recorder: MlflowRecorder | None  # None without MLflow
     where: dict[str, Any]
 
 
@@ -61,8 +67,8 @@ def _refuse_memory_limit(devices: Sequence[str]) -> None:
                               f"--memory-limit out for device {device}")
 
 
-def _say_outcome(outcome: Any, store: ResultsStore, recorder: Any, tracking_uri: str | None, report: bool
-                 ) -> dict[str, str]:
+def _say_outcome(outcome: MatrixOutcome, store: ResultsStore, recorder: MlflowRecorder | None,
+                 tracking_uri: str | None, report: bool) -> dict[str, str]:
     """The tables, the time line, warnings and errors on the terminal, the report written; returns where each record
     is."""
     info, output = store.matrix_info, store.root
@@ -162,9 +168,9 @@ def refuse_unavailable_devices(devices: Sequence[str]) -> None:
                                     for name, reason in absent.items()) + " (see suite devices)")
 
 
-def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunConfig], args: argparse.Namespace,
-                  argv: Sequence[str], kind: str, tracking_uri: str | None, memory_limit: float | None,
-                  started_at: float) -> Any:
+def _create_store(spec: MatrixSpec, workload_cls: type[Workload], resolved: Sequence[RunConfig],
+                  args: argparse.Namespace, argv: Sequence[str], kind: str, tracking_uri: str | None,
+                  memory_limit: float | None, started_at: float) -> ResultsStore:
     """The workload's check of its inputs, then the new results folder with the matrix's facts (locked); the matrix
     began at ``started_at`` (the process's start: its wall time counts from there)."""
 
@@ -195,7 +201,7 @@ def _create_store(spec: MatrixSpec, workload_cls: Any, resolved: Sequence[RunCon
     return ResultsStore.create(output, info)
 
 
-def _write_report(folder: Path, recorder: Any, outcome: Any) -> Path | None:
+def _write_report(folder: Path, recorder: MlflowRecorder | None, outcome: MatrixOutcome) -> Path | None:
     """report.html and report.md into the results folder, attached to the MLflow matrix run; a report that cannot
     be made is a warning (the runs are recorded either way)."""
     from suite.report import mlflow_summary, write_report

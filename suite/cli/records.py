@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import suite.cli.options as options
 from suite.analysis.compare import ResultSet, label_sets, nothing_comparable, rows_from_results, speedups
@@ -20,6 +20,9 @@ from suite.fileio import dumps_json
 from suite.results.record import dataset_warning, differing_datasets
 from suite.results.store import ResultsStore
 from suite.text import visible
+
+if TYPE_CHECKING:
+    from suite.tracking.mlflow_gateway import MlflowGateway
 
 
 def add_parsers(sub: Any) -> None:
@@ -175,7 +178,7 @@ def cmd_compare(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def _compare_rows(args: argparse.Namespace, gateway: Any) -> list[Any]:
+def _compare_rows(args: argparse.Namespace, gateway: MlflowGateway) -> list[Any]:
     """The rows ``suite compare`` was asked for: of each results folder and MLflow matrix run named (labelled by set
     where there are several), or of an MLflow experiment or filter."""
     from suite.tracking.reading import matrix_run_set, rows_from_mlflow
@@ -218,7 +221,7 @@ def _folder_set(folder: Path) -> ResultSet:
                                                   "commit": matrix.tags.get("git_commit", "")[:10]}, rows)
 
 
-def _plots(args: argparse.Namespace, rows: list[Any], gateway: Any) -> None:
+def _plots(args: argparse.Namespace, rows: list[Any], gateway: MlflowGateway) -> None:
     """The comparison's plots into --output (default: a new folder), and with --log-plots into the rows' MLflow
     matrix runs."""
     folder = args.output or Path("suite-results") / f"compare-{stamp()}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from suite.analysis import memory_trend
 from suite.analysis.bottleneck import explanations
@@ -15,6 +15,9 @@ from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.meters.contention import interference
 from suite.results.record import FINISHED, RunResult
 from suite.text import visible
+
+if TYPE_CHECKING:
+    from suite.analysis.tune import TuneOutcome
 
 
 def _plain(text: str) -> Any:
@@ -196,7 +199,7 @@ def print_compare_table(rows: Sequence[Any], base: Any, ratios: Sequence[float])
     print("quality: eval_accuracy, the mean image<->text retrieval recall@1 over the held-out pairs")
 
 
-def print_tune_table(outcome: Any) -> None:
+def print_tune_table(outcome: TuneOutcome) -> None:
     """Every point of a tune sweep with its spread (95 % interval, as ± % of its throughput) and busy-host flag."""
     from rich.table import Table
 
@@ -207,14 +210,15 @@ def print_tune_table(outcome: Any) -> None:
                          else "right")
     for point in outcome.points:
         finished = point.status == FINISHED and point.throughput_samples_per_s is not None
-        has_interval = finished and point.ci_low is not None and point.ci_high is not None
+        low, high, rate = point.ci_low, point.ci_high, point.throughput_samples_per_s
+        interval = (low, high, rate) if finished and low is not None and high is not None and rate else None
         pick = ", ".join(name for name, chosen in (("best", point is outcome.best),
                                                    ("recommended", point is outcome.recommended)) if chosen)
         table.add_row(
             point.label, _plain(point.status if finished else f"{point.status}: {point.reason}"),
             f"{point.throughput_samples_per_s:.1f}" if finished else "-",
-            f"{point.ci_low:.1f}-{point.ci_high:.1f}" if has_interval else "-",
-            f"±{(point.ci_high - point.ci_low) / 2 / point.throughput_samples_per_s:.0%}" if has_interval else "-",
+            f"{interval[0]:.1f}-{interval[1]:.1f}" if interval else "-",
+            f"±{(interval[1] - interval[0]) / 2 / interval[2]:.0%}" if interval else "-",
             f"{point.data_wait_fraction:.0%}" if finished and point.data_wait_fraction is not None else "-",
             f"{point.host_ram_peak_pss_anon_bytes / MiB:.0f}" if finished and point.host_ram_peak_pss_anon_bytes
             else "-",

@@ -21,11 +21,14 @@ decoded on the host (:mod:`suite.decoders.fallback`).
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from suite.decoders.base import Decoder, PipesBySize
 from suite.errors import SuiteError
 from suite.imaging import ImageKind
+
+if TYPE_CHECKING:
+    from suite.devices.base import DeviceAdapter
 
 DALI_WHEELS = {12: "nvidia-dali-cuda120", 13: "nvidia-dali-cuda130"}
 #: Formats DALI's image decoder reads (its documentation: JPEG, PNG, BMP, TIFF, WebP; also JPEG 2000 and PNM,
@@ -73,7 +76,7 @@ class DaliDecoder(Decoder):
     description = ("NVIDIA DALI: decoders.image (mixed = nvJPEG on a GPU, its CPU decoder on the CPU device), "
                    "shorter-side cubic antialiased resize, crop_mirror_normalize")
 
-    def __init__(self, device: Any, num_threads: int | None = None) -> None:
+    def __init__(self, device: DeviceAdapter, num_threads: int | None = None) -> None:
         super().__init__(device)
         #: DALI's host threads (its "mixed" decoder still decodes Huffman on the host, DALI #5274): by default every
         #: core this process may run on but one, for the training loop (two starved a 16-core box's decode)

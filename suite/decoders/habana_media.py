@@ -25,11 +25,14 @@ handling of it is not documented) are decoded on the host (:mod:`suite.decoders.
 from __future__ import annotations
 
 import queue
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from suite.decoders.base import Decoder, PipesBySize
 from suite.errors import SuiteError
 from suite.imaging import ImageKind
+
+if TYPE_CHECKING:
+    from suite.devices.base import DeviceAdapter
 
 #: The reader's length in batches: endless (a batch is fed per run).
 ENDLESS = 2**31 - 1
@@ -97,7 +100,7 @@ class HabanaMediaDecoder(Decoder):
     description = ("habana-media-loader on the HPU: ImageDecoder (center crop, bicubic resize) + CropMirrorNorm, "
                    "fed the encoded bytes through an external reader (BUFFER_LIST)")
 
-    def __init__(self, device: Any) -> None:
+    def __init__(self, device: DeviceAdapter) -> None:
         super().__init__(device)
         self._feed: queue.Queue = queue.Queue()
         self._pipes = PipesBySize(lambda built: built[0].del_iter())  # (pipe, its batches)

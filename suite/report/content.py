@@ -14,7 +14,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from suite.analysis.compare import THROUGHPUT, Row, nothing_comparable, rows_from_results
 from suite.analysis.published import (
@@ -33,6 +33,9 @@ from suite.results.record import FINISHED, RunResult, dataset_warning, differing
 from suite.results.store import ResultsStore
 from suite.tracking.reading import matrix_run_view
 from suite.workload import workload_class_or_base
+
+if TYPE_CHECKING:
+    from suite.tracking.mlflow_gateway import MlflowGateway
 
 #: Manifest fields shown as provenance, in this order.
 FINGERPRINTS = ("dataset_fingerprint", "tokenizer_sha256", "initial_weights_sha256")
@@ -191,7 +194,7 @@ def fingerprint_text(value: Any) -> str:
     return str(value)
 
 
-def from_mlflow(gateway: Any, run_id: str, reference: str | None) -> ReportContent:
+def from_mlflow(gateway: MlflowGateway, run_id: str, reference: str | None) -> ReportContent:
     """The report of an MLflow matrix run (its configuration runs, its tags, the audits linked to it)."""
     view = matrix_run_view(gateway, run_id)
     if not view.rows:

@@ -28,7 +28,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from mlperf_logging.mllog import constants
 
@@ -47,6 +47,10 @@ from suite.run.overhead_trackers import (
     _Trackers,
 )
 from suite.run.steps import TrainingSteps
+
+if TYPE_CHECKING:
+    from suite.devices.base import DeviceAdapter
+    from suite.workload import Workload
 
 
 def mean_interval(values: list[float]) -> tuple[float, float, float]:
@@ -100,12 +104,12 @@ def run_overhead(config: RunConfig, blocks: int, progress: Callable[[str], None]
 class _Blocks:
     """The two loops over one batch stream, and what each block measured."""
 
-    def __init__(self, config: RunConfig, adapter: Any, workload: Any) -> None:
+    def __init__(self, config: RunConfig, adapter: DeviceAdapter, workload: Workload) -> None:
         self.config, self.adapter, self.workload = config, adapter, workload
         self.losses: list[float] = []
         self.block_sections = _Sections()
-        self.steps = TrainingSteps(config, _TimedAdapter(adapter, lambda: self.block_sections), workload,
-                                   losses=self.losses)
+        timed = cast("DeviceAdapter", _TimedAdapter(adapter, lambda: self.block_sections))  # forwards the rest
+        self.steps = TrainingSteps(config, timed, workload, losses=self.losses)
         self.batches = self.steps.batches  # one batch stream for both loops
         self.bare: list[float] = []
         self.suite: list[float] = []

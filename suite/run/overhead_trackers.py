@@ -7,9 +7,12 @@ import contextlib
 import multiprocessing
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from suite.meters.host_ram import HostRamSampler
+
+if TYPE_CHECKING:
+    from suite.devices.base import DeviceAdapter
 
 #: The pieces of the suite's per-step code that bench-overhead times, with what each is.
 SECTIONS = {
@@ -57,7 +60,7 @@ class _TimedTraining:
 class _TimedAdapter:
     """The device adapter with its synchronize and step boundary timed into ``sections``."""
 
-    def __init__(self, adapter: Any, sections: Callable[[], _Sections]) -> None:
+    def __init__(self, adapter: DeviceAdapter, sections: Callable[[], _Sections]) -> None:
         self._adapter, self._sections = adapter, sections
         self._training = _TimedTraining(adapter.training(), sections)
 

@@ -20,7 +20,7 @@ import argparse  # noqa: E402 - after STARTED_AT on purpose
 import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 from mlperf_logging.mllog import constants  # noqa: E402
 
@@ -51,6 +51,10 @@ from suite.run.training import (  # noqa: E402
     train,
     train_with_trainer,
 )
+
+if TYPE_CHECKING:
+    from suite.devices.base import DeviceAdapter
+    from suite.workload import Workload
 
 
 def _no_emit(**_: Any) -> None:
@@ -102,9 +106,23 @@ class _Execution:
         self.facts = self.result.facts
         self.facts["warmup_steps_excluded"] = config.warmup_steps
         self.facts["batch_size_used"] = None
-        self.adapter: Any = None
-        self.workload: Any = None
+        self.adapter: DeviceAdapter | None = None
+        self.workload: Workload | None = None
         self.host: HostGroup | None = None
+
+    @property
+    def device(self) -> DeviceAdapter:
+        """The device adapter, once :meth:`set_up_device` has made it."""
+        if self.adapter is None:
+            raise RuntimeError("the device is not set up yet")
+        return self.adapter
+
+    @property
+    def set_up(self) -> Workload:
+        """The workload, once :meth:`set_up_workload` has made it."""
+        if self.workload is None:
+            raise RuntimeError("the workload is not set up yet")
+        return self.workload
 
     def first_step_done(self, timing: Any) -> None:
         self.setup.add("loader_start", timing.data_wait_s)
@@ -133,7 +151,7 @@ class _Execution:
             prepare_device(config, adapter)
 
     def set_up_workload(self, config_filename: str) -> None:
-        config, facts, adapter, mlperf = self.config, self.facts, self.adapter, self.mlperf
+        config, facts, adapter, mlperf = self.config, self.facts, self.device, self.mlperf
         workload = self.workload = load_workload(config.workload)(config, adapter)
         self.emit_event(phase="workload setup")
         try:
@@ -152,15 +170,16 @@ class _Execution:
         mlperf.end(constants.INIT_STOP)
 
     def train(self) -> None:
-        config, rank, mlperf, workload, result = self.config, self.rank, self.mlperf, self.workload, self.result
+        config, rank, mlperf, workload, result = self.config, self.rank, self.mlperf, self.set_up, self.result
+        adapter = self.device
         mlperf.start(constants.RUN_START)
         quality = QualityTracker(config, workload, mlperf, self.emit_event, rank.rank, self.host, time.monotonic(),
                                  config.batch * rank.world_size)
         if config.engine == "hf-trainer":
-            train_with_trainer(config, self.adapter, workload, result, self.emit_event, mlperf, rank, quality,
+            train_with_trainer(config, adapter, workload, result, self.emit_event, mlperf, rank, quality,
                                self.first_step_done)
         else:
-            train(config, self.adapter, workload, result, self.emit_event, mlperf, rank, quality,
+            train(config, adapter, workload, result, self.emit_event, mlperf, rank, quality,
                   self.first_step_done, self.host)
         result.metrics.update(workload.metrics())
         self.facts["workload"] = workload.facts()  # with what the run itself learnt (e.g. images decoded on the host)

@@ -14,7 +14,7 @@ the same step.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from mlperf_logging.mllog import constants
 
@@ -23,6 +23,9 @@ from suite.errors import SuiteError
 from suite.results.mlperf_log import MlperfLog
 from suite.results.record import RunResult
 from suite.run.ranks import HostGroup
+
+if TYPE_CHECKING:
+    from suite.workload import Workload
 
 #: Evaluation cadence (measured steps) when a quality target is set and no --eval-every is given.
 DEFAULT_EVAL_EVERY = 25
@@ -39,7 +42,7 @@ class QualityTargetNotReached(SuiteError):
 
 
 class QualityTracker:
-    def __init__(self, config: RunConfig, workload: Any, mlperf: MlperfLog, emit_event: Callable[..., None],
+    def __init__(self, config: RunConfig, workload: Workload, mlperf: MlperfLog, emit_event: Callable[..., None],
                  rank: int, host: HostGroup | None, run_started: float, global_batch: int) -> None:
         """``host``: the ranks' host group under torch.distributed (``None`` for one process)."""
         self.config, self.workload, self.mlperf, self.emit_event = config, workload, mlperf, emit_event

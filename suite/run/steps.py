@@ -7,12 +7,16 @@ batch-size check, exact loss); :func:`suite.devices.base.prepare_device` readies
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suite.config import RunConfig
 from suite.errors import SuiteError
 from suite.meters.timing import StepTimer, StepTiming
 from suite.results.record import RunResult, StepStats
+
+if TYPE_CHECKING:
+    from suite.devices.base import DeviceAdapter
+    from suite.workload import Workload
 
 
 class TrainingSteps:
@@ -23,7 +27,8 @@ class TrainingSteps:
     Losses are appended to ``losses`` as they come, so a failure keeps the trajectory so far.
     """
 
-    def __init__(self, config: RunConfig, adapter: Any, workload: Any, losses: list[float] | None = None) -> None:
+    def __init__(self, config: RunConfig, adapter: DeviceAdapter, workload: Workload,
+                 losses: list[float] | None = None) -> None:
         self.config, self.adapter, self.workload = config, adapter, workload
         self.losses = losses if losses is not None else []
         self.timings: list[StepTiming] = []

@@ -8,7 +8,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from mlperf_logging.mllog import constants
 
@@ -23,6 +23,10 @@ from suite.run.quality import QualityTracker, evaluation_every
 from suite.run.ranks import HostGroup, Rank, aggregate_ranks
 from suite.run.steps import TrainingSteps
 from suite.text import visible
+
+if TYPE_CHECKING:
+    from suite.devices.base import DeviceAdapter
+    from suite.workload import Workload
 
 EmitFn = Callable[..., None]
 
@@ -49,7 +53,7 @@ def one_line(exc: BaseException) -> str:
     return text if isinstance(exc, SuiteError) else f"{type(exc).__name__}: {text}"
 
 
-def record_observed_loader(result: RunResult, workload: Any) -> None:
+def record_observed_loader(result: RunResult, workload: Workload) -> None:
     """What the workload's loader really was (the pipeline built, the DataLoader that ran), for the audit."""
     try:
         observed = workload.observed_loader()
@@ -61,7 +65,7 @@ def record_observed_loader(result: RunResult, workload: Any) -> None:
             result.facts[f"{key}_used"] = observed[key]
 
 
-def log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any, rank: Rank) -> None:
+def log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Workload, rank: Rank) -> None:
     mlperf.event(constants.SEED, config.seed)
     mlperf.event(constants.GLOBAL_BATCH_SIZE, config.batch * rank.world_size)
     mlperf.event(constants.GRADIENT_ACCUMULATION_STEPS, 1)
@@ -76,7 +80,7 @@ def log_hyperparameters(mlperf: MlperfLog, config: RunConfig, workload: Any, ran
         mlperf.event(f"suite_{key}", getattr(config, key))
 
 
-def train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn,
+def train(config: RunConfig, adapter: DeviceAdapter, workload: Workload, result: RunResult, emit_event: EmitFn,
            mlperf: MlperfLog | None = None, rank: Rank | None = None, quality: QualityTracker | None = None,
            first_step_done: Callable[[Any], None] | None = None, host: HostGroup | None = None) -> None:
     """Warm-up then measured steps (up to ``config.most_steps``); evaluations between steps, off the clock."""
@@ -122,8 +126,8 @@ def train(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emi
     emit_event(phase="finishing", compute_done=True)  # the runner may start the next configuration's process now
 
 
-def train_with_trainer(config: RunConfig, adapter: Any, workload: Any, result: RunResult, emit_event: EmitFn,
-                        mlperf: MlperfLog, rank: Rank, quality: QualityTracker,
+def train_with_trainer(config: RunConfig, adapter: DeviceAdapter, workload: Workload, result: RunResult,
+                       emit_event: EmitFn, mlperf: MlperfLog, rank: Rank, quality: QualityTracker,
                         first_step_done: Callable[[Any], None] | None = None) -> None:
     """Engine hf-trainer: the workload's trainer drives the steps; the suite's clock and accounting time them."""
     if rank.world_size > 1:

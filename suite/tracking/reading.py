@@ -8,7 +8,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from suite.analysis.compare import THROUGHPUT, ResultSet, Row, RowGroup, rows_of
 from suite.config import RunConfig
@@ -21,8 +21,11 @@ from suite.results.record import FINISHED, RunResult
 from suite.tracking import mlflow_gateway as tags
 from suite.tracking.metric_names import suite_metrics
 
+if TYPE_CHECKING:
+    from suite.tracking.mlflow_gateway import MlflowGateway
 
-def rows_from_mlflow(gateway: Any, run_id: str | None = None, experiment: str | None = None,
+
+def rows_from_mlflow(gateway: MlflowGateway, run_id: str | None = None, experiment: str | None = None,
                      filter_string: str | None = None) -> list[Row]:
     """One row per configuration id over the measured runs (one per configuration run, repeats included) of a
     matrix run, an experiment, or matching a filter string; every page of results is read."""
@@ -66,7 +69,7 @@ def rows_from_mlflow(gateway: Any, run_id: str | None = None, experiment: str | 
     return rows_of(groups.values())
 
 
-def _matrix_run_of(gateway: Any, run: Any) -> str | None:
+def _matrix_run_of(gateway: MlflowGateway, run: Any) -> str | None:
     parent = run.data.tags.get(tags.PARENT_RUN_ID)
     if run.data.tags.get(tags.ROLE) == "repeat" and parent:  # repeat -> configuration -> matrix
         parent = gateway.get_run(parent).data.tags.get(tags.PARENT_RUN_ID)
@@ -74,7 +77,7 @@ def _matrix_run_of(gateway: Any, run: Any) -> str | None:
 
 
 
-def matrix_records(gateway: Any, run_id: str) -> tuple[list[RunResult], list[dict[str, Any] | None],
+def matrix_records(gateway: MlflowGateway, run_id: str) -> tuple[list[RunResult], list[dict[str, Any] | None],
                                                     list[dict[str, Any]]]:
     """A matrix run's (or one configuration run's) records from its MLflow artifacts: its runs, each run's manifest
     (``None`` where it has none) and the scores of its repeats."""
@@ -120,7 +123,7 @@ class MatrixRunView:
     audit_checks: list[tuple[str, str, str, str]] = field(default_factory=list)
 
 
-def matrix_run_view(gateway: Any, run_id: str) -> MatrixRunView:
+def matrix_run_view(gateway: MlflowGateway, run_id: str) -> MatrixRunView:
     """A matrix run as its report shows it (see :class:`MatrixRunView`)."""
     matrix = gateway.get_run(run_id)
     rows = rows_from_mlflow(gateway, run_id=run_id)
@@ -143,7 +146,7 @@ def matrix_run_view(gateway: Any, run_id: str) -> MatrixRunView:
                          matrix.data.tags.get(tags.COMMAND, ""), manifest, checks)
 
 
-def matrix_run_set(gateway: Any, run_id: str) -> ResultSet:
+def matrix_run_set(gateway: MlflowGateway, run_id: str) -> ResultSet:
     """A matrix run's rows as one result set of a comparison, named by the run, with when it started, on which host
     and at which commit (its tags)."""
     rows = rows_from_mlflow(gateway, run_id=run_id)
@@ -156,7 +159,7 @@ def matrix_run_set(gateway: Any, run_id: str) -> ResultSet:
                                                        "commit": run_tags.get("git_commit", "")[:10]}, rows)
 
 
-def run_rows(gateway: Any, experiment: str) -> list[dict[str, Any]]:
+def run_rows(gateway: MlflowGateway, experiment: str) -> list[dict[str, Any]]:
     """Every configuration run (each repeat its own) of an MLflow experiment as a row of ``suite export``: its
     configuration from its params, its metrics' last values, its status, and its facts from ``facts.json``."""
     from suite.analysis.export import row_of_result
@@ -183,7 +186,7 @@ def run_rows(gateway: Any, experiment: str) -> list[dict[str, Any]]:
     return rows
 
 
-def time_to_train_records(gateway: Any, run_id: str) -> list[tuple[RunResult, dict[str, Any] | None,
+def time_to_train_records(gateway: MlflowGateway, run_id: str) -> list[tuple[RunResult, dict[str, Any] | None,
                                                                     RunInterval | str]]:
     """Each configuration run of a matrix run (or the one configuration run) with its manifest and what its
     ``mlperf.log`` artifact says of run_start -> run_stop (a string: why it cannot be read, e.g. no such artifact)."""

@@ -5,11 +5,15 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from suite.errors import SuiteError
 from suite.results.record import FINISHED
 from suite.tracking import mlflow_gateway as tags
+
+if TYPE_CHECKING:
+    from suite.analysis.tune import TuneOutcome
+    from suite.tracking.mlflow_gateway import MlflowGateway
 
 
 def _tag_safe(text: str) -> str:
@@ -17,7 +21,7 @@ def _tag_safe(text: str) -> str:
     return re.sub(r"[^\w\-. /]", "_", text)
 
 
-def log_audit(gateway: Any, experiment: str, report: Any, counts: dict[str, int], verdicts: dict[str, str],
+def log_audit(gateway: MlflowGateway, experiment: str, report: Any, counts: dict[str, int], verdicts: dict[str, str],
               artifact: Path) -> str:
     """Record an audit (``report``: its target, audited run ids, verdict and checks) as an MLflow run linked to the
     audited runs: a metric per verdict count, a tag per check and per check name's verdict; returns its run id."""
@@ -47,7 +51,7 @@ def log_audit(gateway: Any, experiment: str, report: Any, counts: dict[str, int]
     return run_id
 
 
-def log_tune(gateway: Any, run_id: str, outcome: Any, files: Sequence[Path]) -> None:
+def log_tune(gateway: MlflowGateway, run_id: str, outcome: TuneOutcome, files: Sequence[Path]) -> None:
     """The sweep as metrics over num_workers (one series per prefetch factor), the pick as tags."""
     now_ms = int(time.time() * 1000)
     metrics = []

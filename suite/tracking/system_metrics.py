@@ -17,7 +17,7 @@ import importlib
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlflow.environment_variables import (
     MLFLOW_SYSTEM_METRICS_NODE_ID,
@@ -32,6 +32,9 @@ from mlflow.system_metrics.metrics.network_monitor import NetworkMonitor
 from mlflow.system_metrics.metrics.rocm_monitor import ROCMMonitor
 
 from suite.devices.gaudi2 import hlml_init
+
+if TYPE_CHECKING:
+    from suite.tracking.mlflow_gateway import MlflowGateway
 
 _log = logging.getLogger(__name__)
 #: MLflow's GPU monitor logs ``gpu_<i>_memory_usage_megabytes`` as bytes / 1e6 (mlflow/system_metrics/metrics/
@@ -113,7 +116,7 @@ class RunSystemMetrics:
     (``system/[node/]name``, steps 0, 1, 2...), queued and written through the gateway every :data:`FLUSH_EVERY_S`
     seconds and at the end. A store that fails costs the system metrics, never the run."""
 
-    def __init__(self, gateway: Any, run_id: str, sampling_interval: float, samples_before_logging: int = 1,
+    def __init__(self, gateway: MlflowGateway, run_id: str, sampling_interval: float, samples_before_logging: int = 1,
                  monitors: list[BaseMetricsMonitor] | None = None) -> None:
         self.gateway, self.run_id = gateway, run_id
         self.monitors = default_monitors() if monitors is None else monitors
@@ -177,7 +180,7 @@ class RunSystemMetrics:
             _log.warning("system metrics: the last points are not written to MLflow: %s", exc)
 
 
-def start_system_metrics(gateway: Any, run_id: str, interval_s: float) -> RunSystemMetrics:
+def start_system_metrics(gateway: MlflowGateway, run_id: str, interval_s: float) -> RunSystemMetrics:
     """Start the system metrics monitors (MLflow's, plus HPU where present) on ``run_id``, written through
     ``gateway``; call ``finish()`` when the run ends."""
     return RunSystemMetrics(gateway, run_id, interval_s).start()

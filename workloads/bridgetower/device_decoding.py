@@ -3,7 +3,7 @@ and counted."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -12,8 +12,11 @@ from suite.errors import DatasetError, SuiteError
 
 from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD, preprocess_image
 
+if TYPE_CHECKING:
+    from suite.devices.base import DeviceAdapter
 
-def decode_on_device(device: Any, encoded: list[bytes], names: list[str] | None, image_size: int,
+
+def decode_on_device(device: DeviceAdapter, encoded: list[bytes], names: list[str] | None, image_size: int,
                      loader: str, kinds: list[str] | None = None) -> tuple[torch.Tensor, Any, dict[int, str]]:
     """A batch of encoded images decoded on the device by the decoder that serves ``loader`` there
     (:mod:`suite.decoders`), then, unless the decoder preprocesses itself, the reference preprocessing on the device.

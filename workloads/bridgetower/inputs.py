@@ -5,7 +5,7 @@ samples through a loader beside the reference (the audit's pixel check)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -27,6 +27,9 @@ from workloads.bridgetower.model import initial_model, weights_fingerprint
 from workloads.bridgetower.preprocessing import preprocess_image
 from workloads.bridgetower.presets import PRESETS
 from workloads.bridgetower.tokenizer import resolve_tokenizer, stand_in_name, tokenizer_fingerprint
+
+if TYPE_CHECKING:
+    from suite.devices.base import DeviceAdapter
 
 
 def image_bounds(config: RunConfig) -> ImageBounds:
@@ -100,7 +103,7 @@ def input_fingerprints(config: RunConfig) -> dict[str, Any]:
     return {"dataset_fingerprint": dataset, "tokenizer_sha256": tokenizer_fingerprint(tokenizer),
             "initial_weights_sha256": weights}
 
-def loader_pixels(config: RunConfig, device: Any, count: int) -> dict[str, Any]:
+def loader_pixels(config: RunConfig, device: DeviceAdapter, count: int) -> dict[str, Any]:
     """The first ``count`` samples through ``config.loader``'s own code (worker stage and device stage, or the
     device's decoder with its host fallback) on ``device``, beside the reference preprocessing of the same
     files (Pillow, resize, crop, normalize: the published method)."""

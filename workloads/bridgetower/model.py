@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -13,6 +13,9 @@ from suite.config import RunConfig
 from suite.errors import SuiteError
 
 from workloads.bridgetower.presets import BridgeTowerPreset
+
+if TYPE_CHECKING:
+    from suite.devices.base import DeviceAdapter
 
 
 def build_model(preset: BridgeTowerPreset, weights: str | None) -> Any:
@@ -60,7 +63,8 @@ class TrainingModel:
     facts: dict[str, Any]
 
 
-def build_for_training(device: Any, preset: BridgeTowerPreset, config: RunConfig, tokens: int) -> TrainingModel:
+def build_for_training(device: DeviceAdapter, preset: BridgeTowerPreset, config: RunConfig, tokens: int
+                       ) -> TrainingModel:
     """The initial model for ``config`` on ``device``, AdamW (the device's) and a linear decay to 0 over the run's
     total steps; refuses a tokenizer with more tokens than the model's vocabulary."""
     device.training().prepare_framework()

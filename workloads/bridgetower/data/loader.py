@@ -26,7 +26,7 @@ import hashlib
 import multiprocessing
 import os
 import random
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import torch
@@ -39,6 +39,9 @@ from workloads.bridgetower.data.bounds import DecodeBudget, ImageBounds
 from workloads.bridgetower.data.pipelines import PIPELINES, ClosedPipeline, ImagePipeline, ReferencePipeline
 from workloads.bridgetower.data.shared_batches import collation, of_loader
 from workloads.bridgetower.data.sources import ImageCaptionSource
+
+if TYPE_CHECKING:
+    pass
 
 #: The image pipeline each worker-side loader runs.
 LOADER_PIPELINES: dict[str, type[ImagePipeline]] = {"cpu": ReferencePipeline, "cpu-fast": ClosedPipeline}
@@ -84,7 +87,7 @@ class CaptionedImages(Dataset):
         finally:
             self.reading[slot] = _NOTHING
 
-    def finish_on_device(self, images: Any, device: Any) -> Any:
+    def finish_on_device(self, images: Any, device: torch.device | str) -> Any:
         """The device stage of the worker-side pipeline, on a batch of what its worker stage made."""
         if self.pipeline is None:
             raise DatasetError(f"loader {self.loader!r} ships encoded images: it has no device stage to finish")

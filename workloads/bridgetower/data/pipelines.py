@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import math
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -42,6 +42,9 @@ from workloads.bridgetower.data import resample
 from workloads.bridgetower.data.bounds import ImageBounds
 from workloads.bridgetower.data.host_memory import keep_freed_memory_for_reuse
 from workloads.bridgetower.preprocessing import CLIP_MEAN, CLIP_STD, preprocess_image
+
+if TYPE_CHECKING:
+    pass
 
 
 @functools.cache
@@ -170,14 +173,14 @@ class ImagePipeline(ABC):
         """One encoded image -> the tensor the workers send (``(3, size, size)``)."""
 
     @abstractmethod
-    def device_stage(self, batch: torch.Tensor, device: Any) -> torch.Tensor:
+    def device_stage(self, batch: torch.Tensor, device: torch.device | str) -> torch.Tensor:
         """Stacked worker outputs -> normalized float32 ``pixel_values`` on ``device``."""
 
     def _worker_affine(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         """Per-channel (scale, shift) that the workers apply to 0..255 values."""
         return CLIP_AFFINE if self.normalize_in_workers else _IDENTITY_AFFINE
 
-    def _normalize_on(self, batch: torch.Tensor, device: Any) -> torch.Tensor:
+    def _normalize_on(self, batch: torch.Tensor, device: torch.device | str) -> torch.Tensor:
         """CLIP normalization of a 0..255 batch into float32 on the device."""
         if torch.device(device).type == "cpu" and batch.device.type == "cpu" and batch.dtype == torch.uint8:
             return resample.normalize_uint8(batch, *CLIP_AFFINE)  # one compiled pass, on huge pages
@@ -198,7 +201,7 @@ class ReferencePipeline(ImagePipeline):
     def worker_stage(self, data: bytes) -> torch.Tensor:
         return preprocess_image(decode_to_rgb_tensor(data), self.image_size)
 
-    def device_stage(self, batch: torch.Tensor, device: Any) -> torch.Tensor:
+    def device_stage(self, batch: torch.Tensor, device: torch.device | str) -> torch.Tensor:
         return batch.to(device, non_blocking=True)
 
 
@@ -225,7 +228,7 @@ class _OwnPipeline(ImagePipeline):
                      ) -> torch.Tensor:
         return resample.resize_crop(array, self.image_size, *self._worker_affine(), dtype=dtype, mode=mode)
 
-    def device_stage(self, batch: torch.Tensor, device: Any) -> torch.Tensor:
+    def device_stage(self, batch: torch.Tensor, device: torch.device | str) -> torch.Tensor:
         if self.normalize_in_workers:
             return batch.to(device, non_blocking=True)
         return self._normalize_on(batch, device)
