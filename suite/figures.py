@@ -78,6 +78,52 @@ def _f(name: str, unit: str, group: str, description: str, **bounds: Any) -> Fig
     return Figure(name, unit, description, group, **bounds)
 
 
+#: Every core figure's name, written once: code that writes or reads a figure names it by these.
+LOSS = "loss"
+MFU = "mfu"
+THROUGHPUT_SAMPLES_PER_S = "throughput_samples_per_s"
+THROUGHPUT_CI95_LOW = "throughput_ci95_low"
+THROUGHPUT_CI95_HIGH = "throughput_ci95_high"
+THROUGHPUT_CV = "throughput_cv"
+MODEL_FLOPS_PER_STEP = "model_flops_per_step"
+MODEL_FLOPS_PER_S = "model_flops_per_s"
+MFU_BF16_PEAK = "mfu_bf16_peak"
+STEP_TIME_P50_S = "step_time_p50_s"
+STEP_TIME_P90_S = "step_time_p90_s"
+STEP_TIME_P99_S = "step_time_p99_s"
+MEASURED_STEPS = "measured_steps"
+MEASURED_WALL_S = "measured_wall_s"
+WARMUP_WALL_S = "warmup_wall_s"
+DATA_WAIT_FRACTION = "data_wait_fraction"
+SKIPPED_SAMPLES = "skipped_samples"
+DEVICE_DECODE_FALLBACKS = "device_decode_fallbacks"
+DECODER_BUILDS_IN_MEASURED_STEPS = "decoder_builds_in_measured_steps"
+DEVICE_PEAK_MEMORY_BYTES = "device_peak_memory_bytes"
+HOST_RAM_PEAK_PSS_ANON_BYTES = "host_ram_peak_pss_anon_bytes"
+HOST_RAM_PEAK_PSS_BYTES = "host_ram_peak_pss_bytes"
+HOST_RAM_PEAK_RSS_BYTES = "host_ram_peak_rss_bytes"
+EVAL_SAMPLES = "eval_samples"
+EVAL_TIME_S = "eval_time_s"
+EVAL_COUNT = "eval_count"
+TIME_TO_TRAIN_S = "time_to_train_s"
+STEPS_TO_TARGET = "steps_to_target"
+CONTENTION_OTHERS_CPU_SHARE = "contention_others_cpu_share"
+CONTENTION_STEAL_SHARE = "contention_steal_share"
+CONTENTION_PAUSED_SHARE = "contention_paused_share"
+HOST_CPU_CORES_TRAINER = "host_cpu_cores_trainer"
+HOST_CPU_CORES_DECODER_THREADS = "host_cpu_cores_decoder_threads"
+HOST_CPU_CORES_LOADER_WORKERS = "host_cpu_cores_loader_workers"
+HOST_CPU_CORES_OTHER = "host_cpu_cores_other"
+HOST_CORES_AVAILABLE = "host_cores_available"
+LOAD_AVERAGE_1M = "load_average_1m"
+STEP_TIME_S = "step_time_s"
+BEST_THROUGHPUT_SAMPLES_PER_S = "best_throughput_samples_per_s"
+SPEEDUP_BEST_OVER_BASELINE = "speedup_best_over_baseline"
+CONFIGURATIONS_MEASURED = "configurations_measured"
+MATRIX_WALL_S = "matrix_wall_s"
+IN_WINDOW_S = "in_window_s"
+IN_WINDOW_FRACTION = "in_window_fraction"
+
 _AT_LEAST_0 = {"minimum": 0.0}
 _ABOVE_0 = {"minimum": 0.0, "positive": True}
 _FRACTION = {"minimum": 0.0, "maximum": 1.0}
@@ -86,97 +132,97 @@ _COUNT = {"minimum": 0.0, "integer": True}
 #: The suite's own figures, in the order tables and ``suite metrics`` list them.
 FIGURES: tuple[Figure, ...] = (
     # throughput: the measured window
-    _f("throughput_samples_per_s", "samples/s", "throughput",
+    _f(THROUGHPUT_SAMPLES_PER_S, "samples/s", "throughput",
        "samples trained per second over the measured steps (warm-up excluded; steps timed back to back on a "
        "synchronized clock); several runs of one configuration: their MLPerf-style score", compares=True,
        **_ABOVE_0),
-    _f("throughput_ci95_low", "samples/s", "throughput",
+    _f(THROUGHPUT_CI95_LOW, "samples/s", "throughput",
        "lower end of the 95 % interval of the throughput (block bootstrap over the measured steps; over the runs "
        "where several are gathered)", **_ABOVE_0),
-    _f("throughput_ci95_high", "samples/s", "throughput", "upper end of that interval", **_ABOVE_0),
-    _f("throughput_cv", "1", "throughput",
+    _f(THROUGHPUT_CI95_HIGH, "samples/s", "throughput", "upper end of that interval", **_ABOVE_0),
+    _f(THROUGHPUT_CV, "1", "throughput",
        "coefficient of variation of the throughput over the runs of one configuration (where several are gathered)",
        **_AT_LEAST_0),
-    _f("model_flops_per_step", "FLOP", "throughput",
+    _f(MODEL_FLOPS_PER_STEP, "FLOP", "throughput",
        "the model's floating-point operations per training step (forward and backward), as the workload counts "
        "them", **_ABOVE_0),
-    _f("model_flops_per_s", "FLOP/s", "throughput", "model FLOP per step times steps per second", **_ABOVE_0),
-    _f("mfu", "1", "throughput",
+    _f(MODEL_FLOPS_PER_S, "FLOP/s", "throughput", "model FLOP per step times steps per second", **_ABOVE_0),
+    _f(MFU, "1", "throughput",
        "model FLOP utilization: model FLOP/s over the device's dense peak for the precision that ran",
        **_AT_LEAST_0),
-    _f("mfu_bf16_peak", "1", "throughput",
+    _f(MFU_BF16_PEAK, "1", "throughput",
        "model FLOP utilization against the dense bf16 peak whatever the precision (runs recorded before 2026-12-08)",
        **_AT_LEAST_0),
     # step times
-    _f("step_time_p50_s", "s", "step_time", "median time of a measured step", compares=True, **_ABOVE_0),
-    _f("step_time_p90_s", "s", "step_time", "90th percentile of the measured steps' times", **_ABOVE_0),
-    _f("step_time_p99_s", "s", "step_time", "99th percentile of the measured steps' times", compares=True,
+    _f(STEP_TIME_P50_S, "s", "step_time", "median time of a measured step", compares=True, **_ABOVE_0),
+    _f(STEP_TIME_P90_S, "s", "step_time", "90th percentile of the measured steps' times", **_ABOVE_0),
+    _f(STEP_TIME_P99_S, "s", "step_time", "99th percentile of the measured steps' times", compares=True,
        **_ABOVE_0),
-    _f("measured_steps", "count", "step_time", "steps in the measured window", minimum=1.0, integer=True),
-    _f("measured_wall_s", "s", "step_time", "the measured steps' summed time (they are timed back to back)",
+    _f(MEASURED_STEPS, "count", "step_time", "steps in the measured window", minimum=1.0, integer=True),
+    _f(MEASURED_WALL_S, "s", "step_time", "the measured steps' summed time (they are timed back to back)",
        **_ABOVE_0),
-    _f("warmup_wall_s", "s", "step_time", "the warm-up steps' summed time (excluded from every figure above)",
+    _f(WARMUP_WALL_S, "s", "step_time", "the warm-up steps' summed time (excluded from every figure above)",
        **_AT_LEAST_0),
     # the input pipeline
-    _f("data_wait_fraction", "1", "input",
+    _f(DATA_WAIT_FRACTION, "1", "input",
        "share of the measured steps' time spent waiting for the next batch from the loader", compares=True,
        **_FRACTION),
-    _f("skipped_samples", "count", "input", "samples left out by --skip-bad-samples (their images do not decode)",
+    _f(SKIPPED_SAMPLES, "count", "input", "samples left out by --skip-bad-samples (their images do not decode)",
        **_COUNT),
-    _f("device_decode_fallbacks", "count", "input",
+    _f(DEVICE_DECODE_FALLBACKS, "count", "input",
        "images the device decoder refused or failed on, decoded on the host instead", **_COUNT),
-    _f("decoder_builds_in_measured_steps", "count", "input",
+    _f(DECODER_BUILDS_IN_MEASURED_STEPS, "count", "input",
        "device decoder pipelines built on a measured step's clock", **_COUNT),
     # memory
-    _f("device_peak_memory_bytes", "B", "memory",
+    _f(DEVICE_PEAK_MEMORY_BYTES, "B", "memory",
        "peak device memory of the training process (the framework's allocator; on CPU the process's RSS "
        "high-water mark)", compares=True, **_AT_LEAST_0),
-    _f("host_ram_peak_pss_anon_bytes", "B", "memory",
+    _f(HOST_RAM_PEAK_PSS_ANON_BYTES, "B", "memory",
        "peak of the anonymous part of PSS (Pss_Anon + Pss_Shmem) over the training process and its loader workers: "
        "what they allocated; the host figure configurations are compared by", compares=True, **_AT_LEAST_0),
-    _f("host_ram_peak_pss_bytes", "B", "memory",
+    _f(HOST_RAM_PEAK_PSS_BYTES, "B", "memory",
        "peak PSS over the training process and its loader workers (shared pages counted once, split among the "
        "processes mapping them)", compares=True, **_AT_LEAST_0),
-    _f("host_ram_peak_rss_bytes", "B", "memory",
+    _f(HOST_RAM_PEAK_RSS_BYTES, "B", "memory",
        "peak RSS summed over the training process and its loader workers (shared pages counted in every process)",
        compares=True, **_AT_LEAST_0),
     # quality
-    _f("eval_samples", "count", "quality", "held-out samples scored at each evaluation", **_COUNT),
-    _f("eval_time_s", "s", "quality", "time spent evaluating, every evaluation of the run together", **_AT_LEAST_0),
-    _f("eval_count", "count", "quality", "evaluations the run made", **_COUNT),
-    _f("time_to_train_s", "s", "quality", "from run_start to the evaluation that reached the quality target",
+    _f(EVAL_SAMPLES, "count", "quality", "held-out samples scored at each evaluation", **_COUNT),
+    _f(EVAL_TIME_S, "s", "quality", "time spent evaluating, every evaluation of the run together", **_AT_LEAST_0),
+    _f(EVAL_COUNT, "count", "quality", "evaluations the run made", **_COUNT),
+    _f(TIME_TO_TRAIN_S, "s", "quality", "from run_start to the evaluation that reached the quality target",
        **_AT_LEAST_0),
-    _f("steps_to_target", "count", "quality", "training steps until the quality target was reached", **_COUNT),
+    _f(STEPS_TO_TARGET, "count", "quality", "training steps until the quality target was reached", **_COUNT),
     # where the cores went in the measured window
-    _f("contention_others_cpu_share", "1", "host",
+    _f(CONTENTION_OTHERS_CPU_SHARE, "1", "host",
        "share of the machine's cores other processes used during the measured window", **_AT_LEAST_0),
-    _f("contention_steal_share", "1", "host", "share of the cores the hypervisor stole during the measured window",
+    _f(CONTENTION_STEAL_SHARE, "1", "host", "share of the cores the hypervisor stole during the measured window",
        **_AT_LEAST_0),
-    _f("contention_paused_share", "1", "host",
+    _f(CONTENTION_PAUSED_SHARE, "1", "host",
        "share of the measured window the training process did not run (stopped by SIGSTOP or Ctrl-Z, frozen, its VM "
        "paused)", **_FRACTION),
-    _f("host_cpu_cores_trainer", "cores", "host", "cores the training process used (its decoder threads apart)",
+    _f(HOST_CPU_CORES_TRAINER, "cores", "host", "cores the training process used (its decoder threads apart)",
        **_AT_LEAST_0),
-    _f("host_cpu_cores_decoder_threads", "cores", "host", "cores the decoder's own threads used", **_AT_LEAST_0),
-    _f("host_cpu_cores_loader_workers", "cores", "host", "cores the loader workers used", **_AT_LEAST_0),
-    _f("host_cpu_cores_other", "cores", "host", "cores other processes used", **_AT_LEAST_0),
-    _f("host_cores_available", "cores", "host", "cores the configuration could use", **_ABOVE_0),
-    _f("load_average_1m", "1", "host", "the kernel's one-minute load average at the window's end", **_AT_LEAST_0),
+    _f(HOST_CPU_CORES_DECODER_THREADS, "cores", "host", "cores the decoder's own threads used", **_AT_LEAST_0),
+    _f(HOST_CPU_CORES_LOADER_WORKERS, "cores", "host", "cores the loader workers used", **_AT_LEAST_0),
+    _f(HOST_CPU_CORES_OTHER, "cores", "host", "cores other processes used", **_AT_LEAST_0),
+    _f(HOST_CORES_AVAILABLE, "cores", "host", "cores the configuration could use", **_ABOVE_0),
+    _f(LOAD_AVERAGE_1M, "1", "host", "the kernel's one-minute load average at the window's end", **_AT_LEAST_0),
     # series: one value per step (MLflow's step)
-    _f("loss", "1", "", "the training loss of each step, warm-up included (MLflow's step is the step's index)"),
-    _f("step_time_s", "s", "step_time", "each measured step's time (MLflow's step is the step's index)",
+    _f(LOSS, "1", "", "the training loss of each step, warm-up included (MLflow's step is the step's index)"),
+    _f(STEP_TIME_S, "s", "step_time", "each measured step's time (MLflow's step is the step's index)",
        **_ABOVE_0),
     # the report's summary, on the matrix run
-    _f("best_throughput_samples_per_s", "samples/s", "summary", "the best configuration's throughput",
+    _f(BEST_THROUGHPUT_SAMPLES_PER_S, "samples/s", "summary", "the best configuration's throughput",
        **_ABOVE_0),
-    _f("speedup_best_over_baseline", "1", "summary", "the best configuration's throughput over its baseline's",
+    _f(SPEEDUP_BEST_OVER_BASELINE, "1", "summary", "the best configuration's throughput over its baseline's",
        **_ABOVE_0),
-    _f("configurations_measured", "count", "summary", "configurations with a throughput in the matrix", **_COUNT),
+    _f(CONFIGURATIONS_MEASURED, "count", "summary", "configurations with a throughput in the matrix", **_COUNT),
     # the matrix
-    _f("matrix_wall_s", "s", "setup", "the matrix's wall time, from the runner's start to its end", **_AT_LEAST_0),
-    _f("in_window_s", "s", "setup", "of the matrix's wall time, the part inside the configurations' warm-up and "
+    _f(MATRIX_WALL_S, "s", "setup", "the matrix's wall time, from the runner's start to its end", **_AT_LEAST_0),
+    _f(IN_WINDOW_S, "s", "setup", "of the matrix's wall time, the part inside the configurations' warm-up and "
        "measured windows", **_AT_LEAST_0),
-    _f("in_window_fraction", "1", "setup",
+    _f(IN_WINDOW_FRACTION, "1", "setup",
        "share of the matrix's wall time inside the configurations' warm-up and measured windows", **_FRACTION),
 )
 

@@ -187,7 +187,9 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
     for r in results:
         run = children[r["mlflow_run_id"]]
         assert run.info.status == "FINISHED"
-        assert run.data.params == RunConfig.from_dict(r["config"]).as_params()  # every config field
+        config_params = {k: v for k, v in run.data.params.items() if not k.startswith("run.")}
+        assert config_params == RunConfig.from_dict(r["config"]).as_params()  # every config field
+        assert run.data.params["run.deterministic_algorithms"] == "true"  # how the device ran (facts.run_params)
         for key in METRICS:  # grouped for MLflow's chart sections; bytes also as MiB
             assert run.data.metrics[mlflow_name(key)] == pytest.approx(r["metrics"][key])
         assert run.data.metrics["memory/host_ram_peak_pss_mib"] == pytest.approx(
@@ -210,8 +212,8 @@ def test_mlflow_holds_parent_and_child_runs(matrix_run):
         assert "FINISHED" in log
         recorded = json.loads(open(client.download_artifacts(run.info.run_id, "result.json")).read())
         assert recorded["metrics"]["host_ram_peak_pss_bytes"] == r["metrics"]["host_ram_peak_pss_bytes"]
-    assert [a.path for a in client.list_artifacts(parents[0].info.run_id)] == ["matrix.json", "report",
-                                                                                "results.json", "scores.json"]
+    assert [a.path for a in client.list_artifacts(parents[0].info.run_id)] == [
+        "figures.json", "matrix.json", "report", "results.json", "scores.json"]  # figures.json: the catalogue
     params = parents[0].data.params  # plain values, not Python reprs
     assert (params["devices"], params["workers"], params["batch_size"]) == ("cpu", "0,2", "default")
 

@@ -260,7 +260,7 @@ def test_a_leaking_loader_is_growing_and_a_steady_one_a_plateau(tmp_path, test_p
             trend = run["facts"]["host_memory_trend"]
             assert trend["samples"] >= mt.MIN_SAMPLES, trend
             metrics = MlflowClient(tracking_uri=uri).get_run(run["mlflow_run_id"]).data.metrics
-            assert metrics["memory_growth_bytes_per_step"] == pytest.approx(trend["growth_per_step"])
+            assert metrics["memory/memory_growth_bytes_per_step"] == pytest.approx(trend["growth_per_step"])
             if workload == "leaky-loader":
                 assert trend["ci95_low"] > 2 * MiB, trend  # 4 MiB kept per step, at least half of it seen
         report = (out / "report.md").read_text()

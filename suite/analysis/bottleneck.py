@@ -18,6 +18,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
+from suite.figures import (
+    CONTENTION_OTHERS_CPU_SHARE,
+    CONTENTION_PAUSED_SHARE,
+    CONTENTION_STEAL_SHARE,
+    DATA_WAIT_FRACTION,
+    HOST_CORES_AVAILABLE,
+    HOST_CPU_CORES_DECODER_THREADS,
+    HOST_CPU_CORES_LOADER_WORKERS,
+    HOST_CPU_CORES_OTHER,
+    HOST_CPU_CORES_TRAINER,
+    MEASURED_STEPS,
+    MEASURED_WALL_S,
+)
 from suite.meters.contention import interference
 
 #: Share of the measured time spent waiting for batches above which the input pipeline bounded the step.
@@ -26,15 +39,15 @@ INPUT_BOUND = 0.10
 CORE_BOUND = 0.85
 #: A change of the step's compute against workers=0 smaller than this is not mentioned (noise).
 COMPUTE_CHANGE_SAID = 0.05
-CORE_METRICS = ("host_cpu_cores_trainer", "host_cpu_cores_loader_workers", "host_cpu_cores_other",
-                "host_cores_available")
+CORE_METRICS = (HOST_CPU_CORES_TRAINER, HOST_CPU_CORES_LOADER_WORKERS, HOST_CPU_CORES_OTHER,
+                HOST_CORES_AVAILABLE)
 
 
 def compute_per_step_s(metrics: Mapping[str, float]) -> float | None:
     """Mean seconds per measured step spent not waiting for a batch (the step's own compute and synchronization)."""
-    if "measured_wall_s" not in metrics or not metrics.get("measured_steps"):
+    if MEASURED_WALL_S not in metrics or not metrics.get(MEASURED_STEPS):
         return None
-    return metrics["measured_wall_s"] / metrics["measured_steps"] * (1.0 - metrics.get("data_wait_fraction", 0.0))
+    return metrics[MEASURED_WALL_S] / metrics[MEASURED_STEPS] * (1.0 - metrics.get(DATA_WAIT_FRACTION, 0.0))
 
 
 def explain(workers: int, metrics: Mapping[str, float], baseline: Mapping[str, float] | None = None) -> str | None:
@@ -42,9 +55,9 @@ def explain(workers: int, metrics: Mapping[str, float], baseline: Mapping[str, f
     ``baseline``: the metrics of the same configuration with workers=0. ``None`` without the core figures."""
     if not all(name in metrics for name in CORE_METRICS):
         return None
-    cores = metrics["host_cores_available"]
+    cores = metrics[HOST_CORES_AVAILABLE]
     trainer, loader, other = (metrics[name] for name in CORE_METRICS[:3])
-    decoders = metrics.get("host_cpu_cores_decoder_threads", 0.0)
+    decoders = metrics.get(HOST_CPU_CORES_DECODER_THREADS, 0.0)
     used = [f"the trainer used {trainer:.1f}"]
     if decoders >= 0.05:
         used.append(f"its decoder threads {decoders:.1f}")
@@ -53,11 +66,11 @@ def explain(workers: int, metrics: Mapping[str, float], baseline: Mapping[str, f
     if other >= 0.05:
         used.append(f"other work {other:.1f}")
     sentence = f"{cores:g} core{'s' if cores != 1 else ''}: " + ", ".join(used)
-    taken = interference(metrics.get("contention_others_cpu_share", 0.0), metrics.get("contention_steal_share", 0.0),
-                         metrics.get("contention_paused_share", 0.0))
+    taken = interference(metrics.get(CONTENTION_OTHERS_CPU_SHARE, 0.0), metrics.get(CONTENTION_STEAL_SHARE, 0.0),
+                         metrics.get(CONTENTION_PAUSED_SHARE, 0.0))
     if taken:
         return f"{sentence}; {taken}: that bounded this run, so it answers nothing about this configuration."
-    wait = metrics.get("data_wait_fraction", 0.0)
+    wait = metrics.get(DATA_WAIT_FRACTION, 0.0)
     own_busy = (trainer + decoders + loader) / cores if cores else 0.0
     change = _compute_change(metrics, baseline) if workers else None
     if wait > INPUT_BOUND:

@@ -19,10 +19,19 @@ from suite.analysis import memory_trend
 from suite.analysis.scoring import score_values
 from suite.config import RunConfig
 from suite.errors import SuiteError
+from suite.figures import (
+    CONTENTION_OTHERS_CPU_SHARE,
+    CONTENTION_PAUSED_SHARE,
+    CONTENTION_STEAL_SHARE,
+    THROUGHPUT_CI95_HIGH,
+    THROUGHPUT_CI95_LOW,
+    THROUGHPUT_CV,
+    THROUGHPUT_SAMPLES_PER_S,
+)
 from suite.meters.contention import is_contended
 from suite.results.record import FINISHED, RunResult, bootstrap_mean_ci, distinct_runs
 
-THROUGHPUT = "throughput_samples_per_s"
+THROUGHPUT = THROUGHPUT_SAMPLES_PER_S
 
 
 @dataclass(frozen=True)
@@ -52,9 +61,9 @@ class Row:
     def contended(self) -> bool:
         """Other work used the machine during its measured windows (see suite.meters.contention)."""
 
-        return is_contended(self.metrics.get("contention_others_cpu_share", 0.0),
-                            self.metrics.get("contention_steal_share", 0.0),
-                            self.metrics.get("contention_paused_share", 0.0))
+        return is_contended(self.metrics.get(CONTENTION_OTHERS_CPU_SHARE, 0.0),
+                            self.metrics.get(CONTENTION_STEAL_SHARE, 0.0),
+                            self.metrics.get(CONTENTION_PAUSED_SHARE, 0.0))
 
     def as_dict(self) -> dict[str, Any]:
         return {"config_id": self.config_id, "label": self.label, "contended": self.contended,
@@ -98,8 +107,8 @@ def rows_of(groups: Iterable[RowGroup]) -> list[Row]:
             score, cv, _, method = score_values(values)
             merged[THROUGHPUT] = score
             if cv is not None:
-                merged["throughput_cv"] = cv
-            merged["throughput_ci95_low"], merged["throughput_ci95_high"] = bootstrap_mean_ci(values)
+                merged[THROUGHPUT_CV] = cv
+            merged[THROUGHPUT_CI95_LOW], merged[THROUGHPUT_CI95_HIGH] = bootstrap_mean_ci(values)
             aggregation = (f"{len(values)} runs: throughput {method}, its 95 % interval over the runs; other metrics: "
                            "median")
         trend = memory_trend.worst(memory_trend.verdict_from_metrics(m, prefix) for m in group.metrics

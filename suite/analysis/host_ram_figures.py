@@ -19,12 +19,14 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from suite.figures import HOST_RAM_PEAK_PSS_ANON_BYTES, HOST_RAM_PEAK_PSS_BYTES, HOST_RAM_PEAK_RSS_BYTES
+
 #: (metric, label) in the order every table, chart and plot shows them; the first is the one configurations are
 #: compared by
 HOST_RAM_FIGURES: tuple[tuple[str, str], ...] = (
-    ("host_ram_peak_pss_anon_bytes", "host anon"),
-    ("host_ram_peak_pss_bytes", "host PSS"),
-    ("host_ram_peak_rss_bytes", "host RSS"),
+    (HOST_RAM_PEAK_PSS_ANON_BYTES, "host anon"),
+    (HOST_RAM_PEAK_PSS_BYTES, "host PSS"),
+    (HOST_RAM_PEAK_RSS_BYTES, "host RSS"),
 )
 COMPARED = HOST_RAM_FIGURES[0][0]
 

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from suite.analysis.equivalence import same_figure
+from suite.figures import MEASURED_STEPS
 
 PLATEAU, GROWING, INCONCLUSIVE = "plateau", "growing", "inconclusive"
 #: Growth over the measured window counted as none: 1 % of the memory in use.
@@ -188,7 +189,7 @@ def refit_differences(metrics: dict[str, float], facts: dict[str, Any]) -> Refit
     differences: list[str] = []
     verdicts: list[str] = []
     count = 0
-    steps = int(metrics.get("measured_steps", 0))
+    steps = int(metrics.get(MEASURED_STEPS, 0))
     for prefix, where in SERIES:
         trend_fact = facts.get(f"{where}_memory_trend")
         recorded_metrics = {k: v for k, v in metrics.items() if k.startswith(f"{prefix}_growth_")}

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 from suite.analysis.compare import THROUGHPUT, Row
 from suite.analysis.host_ram_figures import HOST_RAM_FIGURES
+from suite.figures import DEVICE_PEAK_MEMORY_BYTES
 from suite.fileio import write_bytes_atomic
 from suite.text import plot_text
 
@@ -98,7 +99,7 @@ def plot(rows: Sequence[Row], directory: Path) -> list[Path]:
             ys = [r.metrics.get(key, float("nan")) / MiB for r in members]
             (line,) = host.plot(xs, ys, style, marker="o", color=colour, label=f"{name} ({what})")
             colour = line.get_color()
-        device.plot(xs, [r.metrics.get("device_peak_memory_bytes", float("nan")) / MiB for r in members],
+        device.plot(xs, [r.metrics.get(DEVICE_PEAK_MEMORY_BYTES, float("nan")) / MiB for r in members],
                     marker="o", label=name)
     finish_workers_axis(host, "Host RAM peak: training process + loader workers", "MiB", workers, 7)
     on_cpu = any(r.config.device == "cpu" for r in rows)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from suite.errors import SuiteError
+from suite.figures import THROUGHPUT_SAMPLES_PER_S
 
 
 @dataclass(frozen=True, order=True)
@@ -85,7 +86,7 @@ def load_quality_reference(name_or_path: str) -> tuple[Path, dict[str, Any]]:
 def reference_table(data: dict[str, Any]) -> dict[Cell, float]:
     suite_config = data["suite_config"]
     return {Cell(r["device"], r["loader"], r["dataloader_num_workers"], suite_config["precision"],
-                 suite_config["engine"]): r["throughput_samples_per_s"] for r in data["results"]}
+                 suite_config["engine"]): r[THROUGHPUT_SAMPLES_PER_S] for r in data["results"]}
 
 
 def measured_table(rows: Iterable[Any]) -> dict[Cell, float]:
@@ -99,7 +100,7 @@ def measured_table(rows: Iterable[Any]) -> dict[Cell, float]:
             raise SuiteError(f"configurations {owner[cell]} and {row.config_id} both measure {cell.device}, "
                              f"loader {cell.loader}, workers {cell.workers}, {cell.context}: select one "
                              "(a results folder of one matrix, or --filter)")
-        table[cell], owner[cell] = row.metrics["throughput_samples_per_s"], row.config_id
+        table[cell], owner[cell] = row.metrics[THROUGHPUT_SAMPLES_PER_S], row.config_id
     return table
 
 

@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from suite.config import RunConfig
+from suite.figures import THROUGHPUT_SAMPLES_PER_S
 from suite.results.record import FAILED, FINISHED, RunResult
 
-METRIC = "throughput_samples_per_s"
+METRIC = THROUGHPUT_SAMPLES_PER_S
 
 
 @dataclass(frozen=True)

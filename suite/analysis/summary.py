@@ -6,6 +6,7 @@ from typing import Sequence
 
 from suite.analysis.host_ram_figures import HOST_RAM_FIGURES
 from suite.analysis.timeline import TIMELINE
+from suite.figures import DATA_WAIT_FRACTION, IN_WINDOW_S, STEP_TIME_P50_S, THROUGHPUT_SAMPLES_PER_S
 from suite.meters.setup import metric_name
 from suite.results.record import FINISHED, RunResult
 from suite.text import visible
@@ -21,11 +22,11 @@ def summary_line(result: RunResult) -> str:
         return f"  {label}: ran its share on this node; {result.facts.get('recorded_by')} recorded it"
     m = result.metrics
     parts = []  # what the run recorded of its headline figures
-    if "throughput_samples_per_s" in m:
+    if THROUGHPUT_SAMPLES_PER_S in m:
         parts.append(f"{m['throughput_samples_per_s']:.1f} samples/s")
-    if "step_time_p50_s" in m:
+    if STEP_TIME_P50_S in m:
         parts.append(f"p50 {m['step_time_p50_s'] * 1000:.0f} ms")
-    if "data_wait_fraction" in m:
+    if DATA_WAIT_FRACTION in m:
         parts.append(f"data-wait {m['data_wait_fraction']:.0%}")
     parts += [f"{label} {m[key] / MiB:.0f} MiB" for key, label in HOST_RAM_FIGURES if key in m]
     setup = setup_text(m)
@@ -55,7 +56,7 @@ def timing_line(results: Sequence[RunResult], timing: dict[str, float]) -> str:
         return "time: not measured"
     line = (f"time: {timing['in_window_s']:.1f} s of the matrix's {timing['matrix_wall_s']:.1f} s in warm-up + "
             f"measured windows ({timing['in_window_fraction']:.0%})")
-    outside = [f"{timing[key]:.1f} s {words}" for key, words in TIMELINE if key in timing and key != "in_window_s"]
+    outside = [f"{timing[key]:.1f} s {words}" for key, words in TIMELINE if key in timing and key != IN_WINDOW_S]
     if outside:
         line += f"; outside them: {', '.join(outside)}"
     firsts = sorted(r.metrics["setup_first_step_s"] for r in results if "setup_first_step_s" in r.metrics)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from suite.config import RunConfig
+from suite.figures import STEPS_TO_TARGET
 from suite.results.mlperf_log import RunInterval
 from suite.results.record import RunResult
 
@@ -161,7 +162,7 @@ def run_score(result: RunResult, interval: RunInterval | str, label: str) -> Run
     if isinstance(interval, str):
         return RunScore(label, result.config.seed, False, None, None, interval)
     converged = interval.status == "success"
-    steps = result.metrics.get("steps_to_target") if converged else None
+    steps = result.metrics.get(STEPS_TO_TARGET) if converged else None
     return RunScore(label, result.config.seed, converged, interval.minutes, steps)
 
 
@@ -190,7 +191,7 @@ def reference_rcp(data: dict[str, Any], config: RunConfig, transformers_version:
         return "the runs do not record their transformers version"
     line = transformers_line(transformers_version)
     runs = (data.get("lines") or {}).get(line, {}).get("runs", [])
-    steps = [float(r["steps_to_target"]) for r in runs if r.get("reached")]
+    steps = [float(r[STEPS_TO_TARGET]) for r in runs if r.get("reached")]
     if len(steps) < 3:
         return f"{source} has {len(steps)} reference run(s) for {line} (an RCP needs 3 or more)"
     return rcp_of(steps, f"{source} ({line}, {len(steps)} seeds)")

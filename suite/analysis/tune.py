@@ -22,6 +22,13 @@ from suite.analysis.host_ram_figures import compared_bytes
 from suite.analysis.plots import finish_workers_axis, save_figure
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError
+from suite.figures import (
+    DATA_WAIT_FRACTION,
+    HOST_RAM_PEAK_PSS_BYTES,
+    THROUGHPUT_CI95_HIGH,
+    THROUGHPUT_CI95_LOW,
+    THROUGHPUT_SAMPLES_PER_S,
+)
 from suite.results.record import FINISHED, RunResult
 
 MiB = 2**20
@@ -91,11 +98,11 @@ def analyse(results: Sequence[RunResult], tolerance: float) -> TuneOutcome:
         config, m = result.config, result.metrics
         points.append(TunePoint(
             num_workers=config.num_workers, prefetch_factor=config.prefetch_factor, status=result.status,
-            throughput_samples_per_s=m.get("throughput_samples_per_s"),
-            host_ram_peak_pss_bytes=m.get("host_ram_peak_pss_bytes"), host_ram_peak_pss_anon_bytes=compared_bytes(m),
-            data_wait_fraction=m.get("data_wait_fraction"), reason=result.reason or "",
-            ci_low=m.get("throughput_ci95_low", m.get("throughput_samples_per_s")),
-            ci_high=m.get("throughput_ci95_high", m.get("throughput_samples_per_s")),
+            throughput_samples_per_s=m.get(THROUGHPUT_SAMPLES_PER_S),
+            host_ram_peak_pss_bytes=m.get(HOST_RAM_PEAK_PSS_BYTES), host_ram_peak_pss_anon_bytes=compared_bytes(m),
+            data_wait_fraction=m.get(DATA_WAIT_FRACTION), reason=result.reason or "",
+            ci_low=m.get(THROUGHPUT_CI95_LOW, m.get(THROUGHPUT_SAMPLES_PER_S)),
+            ci_high=m.get(THROUGHPUT_CI95_HIGH, m.get(THROUGHPUT_SAMPLES_PER_S)),
             contended=bool((result.facts.get("contention") or {}).get("contended"))))
         steps.append(list(result.facts.get("step_times_s") or []))
     finished = [i for i, p in enumerate(points) if p.status == FINISHED and p.throughput_samples_per_s is not None]

@@ -11,13 +11,25 @@ from suite.analysis.equivalence import FAIL, INCONCLUSIVE, PASS, same_figure
 from suite.audit.verdicts import SKIP, AuditReport, Check, Record
 from suite.config import RunConfig
 from suite.errors import SuiteError
+from suite.figures import (
+    DATA_WAIT_FRACTION,
+    MEASURED_STEPS,
+    MEASURED_WALL_S,
+    STEP_TIME_P50_S,
+    STEP_TIME_P90_S,
+    STEP_TIME_P99_S,
+    STEPS_TO_TARGET,
+    THROUGHPUT_CI95_HIGH,
+    THROUGHPUT_CI95_LOW,
+    THROUGHPUT_SAMPLES_PER_S,
+)
 from suite.fileio import loads_bounded, read_record_text
 from suite.registry import load_workload
 from suite.results.record import FINISHED, RunResult, StepStats
 
 #: Headlines recomputed from the stored step times, and the relative difference that is an inconsistency.
-RECOMPUTED = ("throughput_samples_per_s", "throughput_ci95_low", "throughput_ci95_high", "step_time_p50_s",
-              "step_time_p90_s", "step_time_p99_s", "measured_steps", "measured_wall_s", "data_wait_fraction")
+RECOMPUTED = (THROUGHPUT_SAMPLES_PER_S, THROUGHPUT_CI95_LOW, THROUGHPUT_CI95_HIGH, STEP_TIME_P50_S,
+              STEP_TIME_P90_S, STEP_TIME_P99_S, MEASURED_STEPS, MEASURED_WALL_S, DATA_WAIT_FRACTION)
 CONSISTENCY_RTOL = 1e-6
 
 
@@ -104,9 +116,9 @@ def check_record_consistency(subject: str, result: RunResult, manifest: dict[str
         return Check(subject, "record", INCONCLUSIVE, "no per-step times stored (a record of an older suite): the "
                                                       "headlines cannot be recomputed")
     stats = StepStats(tuple(steps), tuple(waits) if waits else tuple(0.0 for _ in steps), batch)
-    names = [n for n in RECOMPUTED if n != "data_wait_fraction" or waits]
+    names = [n for n in RECOMPUTED if n != DATA_WAIT_FRACTION or waits]
     if (facts.get("world_size") or 1) > 1:  # aggregated over ranks: rank 0's steps give only its own figures
-        names = [n for n in names if n.startswith("step_time_") or n == "measured_steps"]
+        names = [n for n in names if n.startswith("step_time_") or n == MEASURED_STEPS]
     for name in names:
         recorded, again = metrics.get(name), float(getattr(stats, name))
         if recorded is None:
@@ -261,7 +273,7 @@ def check_convergence(results: Sequence[RunResult], manifests: Sequence[dict[str
     from suite.analysis.time_to_train import reference_rcp, steps_band
 
     timed = [(r, m) for r, m in zip(results, manifests, strict=True)
-             if r.config.target_quality is not None and r.status == FINISHED and "steps_to_target" in r.metrics]
+             if r.config.target_quality is not None and r.status == FINISHED and STEPS_TO_TARGET in r.metrics]
     if not timed:
         return []
     path, data = load_quality_reference(reference)
@@ -269,7 +281,7 @@ def check_convergence(results: Sequence[RunResult], manifests: Sequence[dict[str
     for result, manifest in timed:
         version = ((manifest or {}).get("packages") or {}).get("transformers")
         rcp = reference_rcp(data, result.config, version, path.name)
-        subject, steps = result.config.config_id, result.metrics["steps_to_target"]
+        subject, steps = result.config.config_id, result.metrics[STEPS_TO_TARGET]
         if isinstance(rcp, str):
             checks.append(Check(subject, "convergence", SKIP, f"steps to target {steps:.0f}; not checked: {rcp}"))
             continue

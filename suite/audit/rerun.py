@@ -7,6 +7,7 @@ from typing import Any, Iterable, Sequence
 
 from suite.analysis.equivalence import FAIL, INCONCLUSIVE, PASS, ratio_test
 from suite.audit.verdicts import SKIP, WARN, Check
+from suite.figures import THROUGHPUT_SAMPLES_PER_S
 from suite.meters.contention import interference
 from suite.results.environment import git_state, package_versions
 from suite.results.record import FINISHED, RunResult
@@ -61,8 +62,8 @@ def throughput_check(subject: str, original: RunResult, rerun: RunResult, tolera
     """Contention first (either run measured under it, or not recorded: INCONCLUSIVE whatever the numbers), then the
     equivalence test on the ratio re-run / recorded from their stored step times (:func:`ratio_test`); always with
     the numbers."""
-    before = original.metrics.get("throughput_samples_per_s")
-    after = rerun.metrics.get("throughput_samples_per_s")
+    before = original.metrics.get(THROUGHPUT_SAMPLES_PER_S)
+    after = rerun.metrics.get(THROUGHPUT_SAMPLES_PER_S)
     if before is None or after is None:
         return Check(subject, "throughput", SKIP, "no recorded throughput to compare")
     numbers = f"re-run {after:.1f} vs recorded {before:.1f} samples/s ({after / before - 1:+.1%})"

@@ -12,6 +12,15 @@ from suite.analysis.scoring import ConfigScore
 from suite.cli.display import MiB, narrow, say, wide_console, wrapped
 from suite.config import ENGINE_NOTES
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
+from suite.figures import (
+    DATA_WAIT_FRACTION,
+    DEVICE_PEAK_MEMORY_BYTES,
+    STEP_TIME_P50_S,
+    STEP_TIME_P99_S,
+    THROUGHPUT_CI95_HIGH,
+    THROUGHPUT_CI95_LOW,
+    THROUGHPUT_SAMPLES_PER_S,
+)
 from suite.meters.contention import interference
 from suite.results.record import FINISHED, RunResult
 from suite.text import visible
@@ -61,9 +70,9 @@ def print_results_table(results: Sequence[RunResult]) -> None:
         label = result.config.describe() + (f" #{result.repeat}" if result.repeat else "")
         m = result.metrics
         if result.status == FINISHED:
-            table.add_row(_plain(label), result.status, _fmt(m, "throughput_samples_per_s", pattern="{:.1f}"),
-                          _fmt(m, "step_time_p50_s", 1000), _fmt(m, "step_time_p99_s", 1000),
-                          _fmt(m, "data_wait_fraction", pattern="{:.0%}"), _fmt(m, "device_peak_memory_bytes", 1 / MiB),
+            table.add_row(_plain(label), result.status, _fmt(m, THROUGHPUT_SAMPLES_PER_S, pattern="{:.1f}"),
+                          _fmt(m, STEP_TIME_P50_S, 1000), _fmt(m, STEP_TIME_P99_S, 1000),
+                          _fmt(m, DATA_WAIT_FRACTION, pattern="{:.0%}"), _fmt(m, DEVICE_PEAK_MEMORY_BYTES, 1 / MiB),
                           _host_ram_cell(m), memory_trend.describe(memory_trend.recorded_verdict(result.facts), m))
         else:
             table.add_row(_plain(label), _plain(f"{result.status}: {result.reason}"), *["-"] * 7)
@@ -180,12 +189,12 @@ def print_compare_table(rows: Sequence[Any], base: Any, ratios: Sequence[float])
         m = row.metrics
         runs = str(row.runs) + (f" (+{row.unfinished_runs} unfinished)" if row.unfinished_runs else "")
         interval = (f"{m['throughput_ci95_low']:.1f}-{m['throughput_ci95_high']:.1f}"
-                    if "throughput_ci95_low" in m and "throughput_ci95_high" in m else "-")
+                    if THROUGHPUT_CI95_LOW in m and THROUGHPUT_CI95_HIGH in m else "-")
         table.add_row(_plain(row.label + (" [busy host]" if row.contended else "")), runs,
-                      _fmt(m, "throughput_samples_per_s", pattern="{:.1f}"), interval, f"{ratio:.2f}x",
+                      _fmt(m, THROUGHPUT_SAMPLES_PER_S, pattern="{:.1f}"), interval, f"{ratio:.2f}x",
                       _fmt(m, "eval_accuracy", pattern="{:.3f}"),
-                      _fmt(m, "step_time_p50_s", 1000), _fmt(m, "data_wait_fraction", pattern="{:.0%}"),
-                      _fmt(m, "device_peak_memory_bytes", 1 / MiB), _host_ram_cell(m),
+                      _fmt(m, STEP_TIME_P50_S, 1000), _fmt(m, DATA_WAIT_FRACTION, pattern="{:.0%}"),
+                      _fmt(m, DEVICE_PEAK_MEMORY_BYTES, 1 / MiB), _host_ram_cell(m),
                       memory_trend.describe(row.memory_trend, m))
     wide_console().print(table)
     print(HOST_RAM_NOTE)

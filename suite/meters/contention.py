@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 
 import psutil
 
+from suite.figures import CONTENTION_OTHERS_CPU_SHARE, CONTENTION_PAUSED_SHARE, CONTENTION_STEAL_SHARE, LOAD_AVERAGE_1M
+
 #: Share of the machine's CPU capacity used by other processes above which a window is contended.
 OTHERS_SHARE_LIMIT = 0.10
 #: Share of CPU capacity stolen by the hypervisor above which a window is contended.
@@ -186,8 +188,8 @@ class Contention:
         return is_contended(self.others_share, self.steal_share, self.paused_share)
 
     def metrics(self) -> dict[str, float]:
-        figures = {"contention_others_cpu_share": self.others_share, "contention_steal_share": self.steal_share,
-                   "contention_paused_share": self.paused_share}
+        figures = {CONTENTION_OTHERS_CPU_SHARE: self.others_share, CONTENTION_STEAL_SHARE: self.steal_share,
+                   CONTENTION_PAUSED_SHARE: self.paused_share}
         if self.window_s > 0:  # where the cores went: mean cores used over the window
             trainer = max(0.0, self.trainer_cpu_s - self.decoder_threads_cpu_s)
             figures.update(host_cpu_cores_trainer=trainer / self.window_s,
@@ -196,7 +198,7 @@ class Contention:
                            host_cpu_cores_other=self.others_cpu_s / self.window_s,
                            host_cores_available=float(self.cores_available or self.cores))
         if self.load_average_1m is not None:
-            figures["load_average_1m"] = self.load_average_1m
+            figures[LOAD_AVERAGE_1M] = self.load_average_1m
         return figures
 
     def facts(self) -> dict[str, object]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from suite.analysis.host_ram_figures import HOST_RAM_FIGURES
+from suite.figures import DEVICE_PEAK_MEMORY_BYTES
 
 MiB = 2**20
 
@@ -139,7 +140,7 @@ def memory_bars(rows: Sequence[Any], group_of: Callable[[Any], str]) -> Chart:
     host.set_ylim(0, tallest * 1.35 or 1)  # the legend sits above the tallest bar, never over it
     host.legend(fontsize=8, loc="upper left")
     on_cpu = [r.config.device == "cpu" for r in rows]
-    device.bar(xs, [r.metrics.get("device_peak_memory_bytes", 0.0) / MiB for r in rows],
+    device.bar(xs, [r.metrics.get(DEVICE_PEAK_MEMORY_BYTES, 0.0) / MiB for r in rows],
                color=["#bbbbbb" if cpu else "#dd8452" for cpu in on_cpu])
     device.set_title("Device peak memory" + (" (cpu: host RSS high-water mark, VmHWM, of the training process; "
                                              "no separate device memory)" if any(on_cpu) else ""),

@@ -27,6 +27,7 @@ from suite.analysis.published import (
 )
 from suite.config.run import describe_fields
 from suite.errors import SuiteError
+from suite.figures import THROUGHPUT_CI95_HIGH, THROUGHPUT_CI95_LOW
 from suite.redact import redact_argv
 from suite.results.files import AUDIT_FILE, read_audit_checks
 from suite.results.record import FINISHED, RunResult, dataset_warning, differing_datasets
@@ -114,7 +115,7 @@ def baseline_text(workload: str) -> str:
 
 def intervals_separate(faster: Row, slower: Row) -> bool:
     """Whether ``faster``'s 95 % throughput interval lies wholly above ``slower``'s (both recorded)."""
-    low, high = faster.metrics.get("throughput_ci95_low"), slower.metrics.get("throughput_ci95_high")
+    low, high = faster.metrics.get(THROUGHPUT_CI95_LOW), slower.metrics.get(THROUGHPUT_CI95_HIGH)
     return low is not None and high is not None and low > high
 
 

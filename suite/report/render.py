@@ -19,6 +19,16 @@ from suite.analysis.published import Alignment
 from suite.config import ENGINE_NOTES, param_text
 from suite.config.labels import LABEL_AXES
 from suite.devices.cpu import DEVICE_MEMORY_NOTE
+from suite.figures import (
+    DATA_WAIT_FRACTION,
+    DEVICE_DECODE_FALLBACKS,
+    DEVICE_PEAK_MEMORY_BYTES,
+    EVAL_SAMPLES,
+    STEP_TIME_P50_S,
+    STEP_TIME_P99_S,
+    THROUGHPUT_CI95_HIGH,
+    THROUGHPUT_CI95_LOW,
+)
 from suite.report.charts import Bar, Chart, grouped_bars, memory_bars
 from suite.report.content import ReportContent, baseline_text
 from suite.text import html_text, markdown_fence, markdown_literal, visible
@@ -68,8 +78,8 @@ def results_table(content: ReportContent) -> Table:
         m, c = row.metrics, row.config
         speedup = content.speedups.get(row.config_id)
         interval = (f"{m['throughput_ci95_low']:.1f} - {m['throughput_ci95_high']:.1f}"
-                    if "throughput_ci95_low" in m and "throughput_ci95_high" in m else "-")
-        device_memory = _mib(m, "device_peak_memory_bytes")
+                    if THROUGHPUT_CI95_LOW in m and THROUGHPUT_CI95_HIGH in m else "-")
+        device_memory = _mib(m, DEVICE_PEAK_MEMORY_BYTES)
         if c.device == "cpu" and device_memory != "-":
             device_memory += " (host VmHWM)"
         extra = [f"prefetch={c.prefetch_factor}"] if c.prefetch_factor is not None else []
@@ -78,9 +88,9 @@ def results_table(content: ReportContent) -> Table:
         table.rows.append([
             c.device, c.loader, str(c.num_workers), c.precision, " ".join([c.engine, *extra]),
             f"{m[THROUGHPUT]:.1f}", interval, "-" if speedup is None else f"{speedup:.2f}x",
-            f"{m['step_time_p50_s'] * 1000:.0f}" if "step_time_p50_s" in m else "-",
-            f"{m['step_time_p99_s'] * 1000:.0f}" if "step_time_p99_s" in m else "-",
-            f"{m['data_wait_fraction']:.0%}" if "data_wait_fraction" in m else "-",
+            f"{m['step_time_p50_s'] * 1000:.0f}" if STEP_TIME_P50_S in m else "-",
+            f"{m['step_time_p99_s'] * 1000:.0f}" if STEP_TIME_P99_S in m else "-",
+            f"{m['data_wait_fraction']:.0%}" if DATA_WAIT_FRACTION in m else "-",
             *(_mib(m, key) for key, _ in HOST_RAM_FIGURES), device_memory,
             memory_trend.describe(row.memory_trend, m),
             f"{m['eval_accuracy']:.3f}" if "eval_accuracy" in m else "-",
@@ -152,14 +162,14 @@ def sections(content: ReportContent) -> list[Section]:
         summary.append(ENGINE_NOTES[engine] + ".")
     if content.dataset_warning:
         summary.append("Warning: " + content.dataset_warning + ".")
-    fallbacks = [r for r in rows if r.metrics.get("device_decode_fallbacks", 0) > 0]
+    fallbacks = [r for r in rows if r.metrics.get(DEVICE_DECODE_FALLBACKS, 0) > 0]
     if fallbacks:
         summary.append("Images decoded on the host, not the device (formats or pixels the device's decoder does not "
                        "decode as the reference does; each run's facts list the reasons): "
                        + ", ".join(f"{r.label}: {r.metrics['device_decode_fallbacks']:.0f} per run" for r in fallbacks)
                        + ".")
     bars = [Bar(_group(r, rows), r.config.loader, r.config.num_workers, r.metrics[THROUGHPUT],
-                r.metrics.get("throughput_ci95_low"), r.metrics.get("throughput_ci95_high"), r.contended)
+                r.metrics.get(THROUGHPUT_CI95_LOW), r.metrics.get(THROUGHPUT_CI95_HIGH), r.contended)
             for r in rows]
     throughput = grouped_bars("throughput", "Training throughput (samples/s, measured steps; 95 % interval)",
                               bars, "samples/s")
@@ -201,7 +211,7 @@ def measured_shape(rows: Sequence[Row]) -> str:
 def chance_note(rows: Sequence[Row]) -> list[str]:
     """Where every eval_accuracy is within twice the chance level (1/N for N held-out pairs), a sentence saying
     so: a throughput run of a few steps trains nothing, and its quality figure is not a result."""
-    pairs = [r.metrics.get("eval_samples") for r in rows if "eval_accuracy" in r.metrics]
+    pairs = [r.metrics.get(EVAL_SAMPLES) for r in rows if "eval_accuracy" in r.metrics]
     if not pairs or not all(pairs):
         return []
     chance = 1.0 / min(p for p in pairs if p)

@@ -17,7 +17,19 @@ from typing import Any, Sequence
 import numpy as np
 
 from suite.config import RunConfig
-from suite.figures import misfit_fact, usable
+from suite.figures import (
+    DATA_WAIT_FRACTION,
+    MEASURED_STEPS,
+    MEASURED_WALL_S,
+    STEP_TIME_P50_S,
+    STEP_TIME_P90_S,
+    STEP_TIME_P99_S,
+    THROUGHPUT_CI95_HIGH,
+    THROUGHPUT_CI95_LOW,
+    THROUGHPUT_SAMPLES_PER_S,
+    misfit_fact,
+    usable,
+)
 from suite.meters.timing import StepTiming
 
 FINISHED = "FINISHED"
@@ -37,15 +49,15 @@ class StepStats:
     samples_per_step: int
 
     fields = (
-        "throughput_samples_per_s",
-        "step_time_p50_s",
-        "step_time_p90_s",
-        "step_time_p99_s",
-        "data_wait_fraction",
-        "measured_steps",
-        "measured_wall_s",
-        "throughput_ci95_low",
-        "throughput_ci95_high",
+        THROUGHPUT_SAMPLES_PER_S,
+        STEP_TIME_P50_S,
+        STEP_TIME_P90_S,
+        STEP_TIME_P99_S,
+        DATA_WAIT_FRACTION,
+        MEASURED_STEPS,
+        MEASURED_WALL_S,
+        THROUGHPUT_CI95_LOW,
+        THROUGHPUT_CI95_HIGH,
     )
 
     def __post_init__(self) -> None:

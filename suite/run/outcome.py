@@ -14,6 +14,7 @@ from typing import Any, Sequence
 from suite.analysis import memory_trend
 from suite.config import RunConfig
 from suite.errors import RecordingError
+from suite.figures import HOST_RAM_PEAK_PSS_ANON_BYTES, HOST_RAM_PEAK_PSS_BYTES, HOST_RAM_PEAK_RSS_BYTES, MEASURED_STEPS
 from suite.results.files import RunFiles
 from suite.results.manifest import build_manifest
 from suite.results.record import FAILED, FINISHED, WORKER_NODE, RunResult
@@ -92,7 +93,7 @@ def record_memory_trend(result: RunResult, rss_series: Sequence[tuple[float, flo
     ``memory_growth_bytes_per_step``...), with the device's the process fitted (``device_memory_...``), and the
     verdict of both together as the fact ``memory_trend`` (see :mod:`suite.analysis.memory_trend`)."""
     window = result.facts.get("measured_window_monotonic_s")
-    steps = int(result.metrics.get("measured_steps", 0))
+    steps = int(result.metrics.get(MEASURED_STEPS, 0))
     if result.status != FINISHED or not window or steps < 1:
         return
     host = memory_trend.fit_timed(rss_series, (float(window[0]), float(window[1])), steps,
@@ -117,11 +118,11 @@ def complete_record(result: RunResult, files: RunFiles, watched: Watched, memory
                                           "torchrun, its ranks and their loader workers")
     ram = watched.ram
     if ram.samples:
-        result.metrics["host_ram_peak_rss_bytes"] = float(ram.peak_rss_bytes)
+        result.metrics[HOST_RAM_PEAK_RSS_BYTES] = float(ram.peak_rss_bytes)
         if ram.peak_pss_bytes is not None:
-            result.metrics["host_ram_peak_pss_bytes"] = float(ram.peak_pss_bytes)
+            result.metrics[HOST_RAM_PEAK_PSS_BYTES] = float(ram.peak_pss_bytes)
         if ram.peak_pss_anon_bytes is not None:
-            result.metrics["host_ram_peak_pss_anon_bytes"] = float(ram.peak_pss_anon_bytes)
+            result.metrics[HOST_RAM_PEAK_PSS_ANON_BYTES] = float(ram.peak_pss_anon_bytes)
         result.facts["host_ram_max_processes"] = ram.max_processes
         result.facts["host_ram_samples"] = ram.samples
     record_memory_trend(result, ram.rss_series)

@@ -28,6 +28,7 @@ from suite.config import RunConfig  # noqa: E402
 from suite.devices.base import prepare_device, run_params  # noqa: E402
 from suite.errors import RecordingError, SuiteError  # noqa: E402
 from suite.events import LAUNCHED_AT_ENV, emit  # noqa: E402
+from suite.figures import THROUGHPUT_SAMPLES_PER_S  # noqa: E402
 from suite.meters.host_ram import kept_shared_with_forks  # noqa: E402
 from suite.meters.setup import SetupClock  # noqa: E402
 from suite.redact import redact_argv  # noqa: E402
@@ -292,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     result.run_uid, result.repeat = info.get("run_uid"), int(info.get("repeat", 0))
     log.line(f"{result.status}" + (f": {result.reason}" if result.reason else "")
              + (f"; {result.metrics['throughput_samples_per_s']:.2f} samples/s"
-                if "throughput_samples_per_s" in result.metrics else ""))
+                if THROUGHPUT_SAMPLES_PER_S in result.metrics else ""))
     if not leader:
         return 0 if result.status == FINISHED else 1
     result.facts.update(files.facts())

@@ -20,6 +20,7 @@ import pytest
 
 from suite.config import DEFAULT_STEPS, DEFAULT_WARMUP_STEPS, RunConfig
 from suite.devices.base import prepare_device
+from suite.figures import HOST_RAM_PEAK_PSS_ANON_BYTES, HOST_RAM_PEAK_PSS_BYTES, HOST_RAM_PEAK_RSS_BYTES
 from suite.meters.host_ram import HostRamSampler
 from suite.registry import device_names, load_device, load_workload
 from suite.results.environment import git_state, package_versions
@@ -80,11 +81,11 @@ def run_benchmark(benchmark: Any, config: RunConfig) -> RunResult:
         steps.record(result)
         result.metrics.update(workload.metrics())
         ram = sampler.peak()
-        result.metrics["host_ram_peak_rss_bytes"] = float(ram.peak_rss_bytes)
+        result.metrics[HOST_RAM_PEAK_RSS_BYTES] = float(ram.peak_rss_bytes)
         if ram.peak_pss_bytes is not None:
-            result.metrics["host_ram_peak_pss_bytes"] = float(ram.peak_pss_bytes)
+            result.metrics[HOST_RAM_PEAK_PSS_BYTES] = float(ram.peak_pss_bytes)
         if ram.peak_pss_anon_bytes is not None:
-            result.metrics["host_ram_peak_pss_anon_bytes"] = float(ram.peak_pss_anon_bytes)
+            result.metrics[HOST_RAM_PEAK_PSS_ANON_BYTES] = float(ram.peak_pss_anon_bytes)
         result.facts["device"] = adapter.facts()
         result.facts["workload"] = workload.facts()
     finally:

@@ -20,6 +20,7 @@ from mlperf_logging.mllog import constants
 
 from suite.config import RunConfig
 from suite.errors import SuiteError
+from suite.figures import EVAL_COUNT, EVAL_TIME_S, STEPS_TO_TARGET, TIME_TO_TRAIN_S
 from suite.results.mlperf_log import MlperfLog
 from suite.results.record import RunResult
 from suite.run.ranks import HostGroup
@@ -82,7 +83,7 @@ class QualityTracker:
         self.eval_time_s += elapsed
         self.mlperf.event(constants.EVAL_ACCURACY, figures["eval_accuracy"], metadata={"samples_count": samples})
         self.mlperf.end(constants.EVAL_STOP, metadata={"samples_count": samples})
-        record = {"step": steps_done, "samples_count": samples, "eval_time_s": elapsed,
+        record = {"step": steps_done, "samples_count": samples, EVAL_TIME_S: elapsed,
                   "since_run_start_s": time.monotonic() - self.run_started, **figures}
         self.evaluations.append(record)
         self.emit_event(eval_accuracy=figures["eval_accuracy"], step=steps_done, total=self.config.total_steps,
@@ -103,10 +104,10 @@ class QualityTracker:
             return
         last = self.evaluations[-1]
         for key, value in last.items():
-            if key.startswith("eval_") and key != "eval_time_s":
+            if key.startswith("eval_") and key != EVAL_TIME_S:
                 result.metrics[key] = float(value)
-        result.metrics["eval_time_s"] = self.eval_time_s
-        result.metrics["eval_count"] = float(len(self.evaluations))
+        result.metrics[EVAL_TIME_S] = self.eval_time_s
+        result.metrics[EVAL_COUNT] = float(len(self.evaluations))
         result.facts["evaluations"] = self.evaluations
         target = self.config.target_quality
         if target is None:
@@ -116,8 +117,8 @@ class QualityTracker:
                                           "reached": self.reached is not None, "eval_every": self.every,
                                           "best": best["eval_accuracy"], "best_step": best["step"]}
         if self.reached is not None:
-            result.metrics["time_to_train_s"] = self.reached["since_run_start_s"]
-            result.metrics["steps_to_target"] = float(self.reached["step"])
+            result.metrics[TIME_TO_TRAIN_S] = self.reached["since_run_start_s"]
+            result.metrics[STEPS_TO_TARGET] = float(self.reached["step"])
             return
         raise QualityTargetNotReached(
             f"quality target eval_accuracy >= {target:g} not reached in {steps_done} steps (best "

@@ -13,6 +13,16 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
+from suite.figures import (
+    DATA_WAIT_FRACTION,
+    DEVICE_PEAK_MEMORY_BYTES,
+    MEASURED_STEPS,
+    MEASURED_WALL_S,
+    THROUGHPUT_CI95_HIGH,
+    THROUGHPUT_CI95_LOW,
+    THROUGHPUT_SAMPLES_PER_S,
+)
+
 if TYPE_CHECKING:
     from suite.results.record import RunResult
 
@@ -73,17 +83,17 @@ def aggregate_ranks(result: "RunResult", host: HostGroup) -> None:
     """Global figures over the ranks: samples of all ranks over the slowest rank's measured wall time."""
     m = result.metrics
     gathered = host.all_gather_floats(
-        [m["measured_wall_s"], m["data_wait_fraction"], m.get("device_peak_memory_bytes", -1.0)])
+        [m[MEASURED_WALL_S], m[DATA_WAIT_FRACTION], m.get(DEVICE_PEAK_MEMORY_BYTES, -1.0)])
     walls, waits, memories = zip(*gathered, strict=True)
-    m["measured_wall_s"] = max(walls)
-    rank0 = m["throughput_samples_per_s"]
-    m["throughput_samples_per_s"] = m["measured_steps"] * result.facts["global_batch_size"] / max(walls)
-    for bound in ("throughput_ci95_low", "throughput_ci95_high"):  # rank 0's interval, scaled to the global figure
+    m[MEASURED_WALL_S] = max(walls)
+    rank0 = m[THROUGHPUT_SAMPLES_PER_S]
+    m[THROUGHPUT_SAMPLES_PER_S] = m[MEASURED_STEPS] * result.facts["global_batch_size"] / max(walls)
+    for bound in (THROUGHPUT_CI95_LOW, THROUGHPUT_CI95_HIGH):  # rank 0's interval, scaled to the global figure
         if bound in m:
-            m[bound] *= m["throughput_samples_per_s"] / rank0
-    m["data_wait_fraction"] = sum(waits) / len(waits)
+            m[bound] *= m[THROUGHPUT_SAMPLES_PER_S] / rank0
+    m[DATA_WAIT_FRACTION] = sum(waits) / len(waits)
     if min(memories) >= 0:
-        m["device_peak_memory_bytes"] = max(memories)
+        m[DEVICE_PEAK_MEMORY_BYTES] = max(memories)
     result.facts["aggregation"] = ("throughput: samples of all ranks / slowest rank's measured wall time; "
                                    "device peak memory: max per rank; data-wait: mean of ranks; "
                                    "step times and losses: rank 0; exchanged on a gloo side group (host figures)")

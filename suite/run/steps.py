@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from suite.config import RunConfig
 from suite.errors import SuiteError
+from suite.figures import DECODER_BUILDS_IN_MEASURED_STEPS, DEVICE_PEAK_MEMORY_BYTES, WARMUP_WALL_S
 from suite.meters.timing import StepTimer, StepTiming
 from suite.results.record import RunResult, StepStats
 
@@ -82,16 +83,16 @@ class TrainingSteps:
         if stats is not None:
             result.metrics.update(stats.as_dict())
             warmup = self.timings[:self.config.warmup_steps]
-            result.metrics["warmup_wall_s"] = sum(t.step_time_s for t in warmup)  # the warm-up steps' own time
+            result.metrics[WARMUP_WALL_S] = sum(t.step_time_s for t in warmup)  # the warm-up steps' own time
             result.facts["step_times_s"] = list(stats.step_times_s)  # every measured step: the audit recomputes
             result.facts["data_wait_s"] = list(stats.data_waits_s)  # every headline from these two
             if any(self.decoder_builds):  # a decoder pipeline built on a step's clock: said, never hidden
-                result.metrics["decoder_builds_in_measured_steps"] = float(
+                result.metrics[DECODER_BUILDS_IN_MEASURED_STEPS] = float(
                     sum(self.decoder_builds[self.config.warmup_steps:]))
                 result.facts["decoder_builds_per_step"] = list(self.decoder_builds)
         memory = self.adapter.memory().peak()
         if memory is not None:
-            result.metrics["device_peak_memory_bytes"] = float(memory.peak_bytes)
+            result.metrics[DEVICE_PEAK_MEMORY_BYTES] = float(memory.peak_bytes)
             result.facts["device_peak_memory_source"] = memory.source
             for name, value in memory.extra.items():
                 result.metrics[f"device_{name}_bytes"] = float(value)

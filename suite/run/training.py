@@ -16,6 +16,14 @@ from suite.analysis import memory_trend
 from suite.config import ENGINE_NOTES, RunConfig
 from suite.devices.interfaces import MemoryMeter
 from suite.errors import SuiteError
+from suite.figures import (
+    MEASURED_STEPS,
+    MEASURED_WALL_S,
+    MFU,
+    MODEL_FLOPS_PER_S,
+    MODEL_FLOPS_PER_STEP,
+    THROUGHPUT_SAMPLES_PER_S,
+)
 from suite.meters.contention import ContentionMeter
 from suite.results.mlperf_log import MlperfLog
 from suite.results.record import RunResult
@@ -121,7 +129,7 @@ def train(config: RunConfig, adapter: DeviceAdapter, workload: Workload, result:
     if host is not None:
         aggregate_ranks(result, host)
     _record_flops(result, flops_per_step, rank)
-    mlperf.event("throughput", result.metrics["throughput_samples_per_s"], metadata={"unit": "samples/s"})
+    mlperf.event("throughput", result.metrics[THROUGHPUT_SAMPLES_PER_S], metadata={"unit": "samples/s"})
     quality.finish(result, done)
     emit_event(phase="finishing", compute_done=True)  # the runner may start the next configuration's process now
 
@@ -173,7 +181,7 @@ def train_with_trainer(config: RunConfig, adapter: DeviceAdapter, workload: Work
                               "suite's clock over the measured steps; trainer_* metrics are the trainer's own "
                               "(all steps, warm-up and start-up included); " + ENGINE_NOTES["hf-trainer"])
     result.facts["mfu"] = "not measured with engine hf-trainer"
-    mlperf.event("throughput", result.metrics["throughput_samples_per_s"], metadata={"unit": "samples/s"})
+    mlperf.event("throughput", result.metrics[THROUGHPUT_SAMPLES_PER_S], metadata={"unit": "samples/s"})
     quality.finish(result, done)
     emit_event(phase="finishing", compute_done=True)
 
@@ -262,13 +270,13 @@ def _record_flops(result: RunResult, flops_per_step: float | None, rank: Rank) -
         facts["mfu"] = "not measured: FLOPs are counted in the first warm-up step and there was none"
         return
     m = result.metrics
-    achieved = flops_per_step * m["measured_steps"] / m["measured_wall_s"]  # per device
-    m["model_flops_per_step"] = flops_per_step
-    m["model_flops_per_s"] = achieved
+    achieved = flops_per_step * m[MEASURED_STEPS] / m[MEASURED_WALL_S]  # per device
+    m[MODEL_FLOPS_PER_STEP] = flops_per_step
+    m[MODEL_FLOPS_PER_S] = achieved
     precision = result.config.precision
     peak = ((facts.get("device") or {}).get("peak_flops") or {}).get(precision)
     if peak:
-        m["mfu"] = achieved / float(peak)
+        m[MFU] = achieved / float(peak)
         facts["mfu"] = (f"model FLOPs per step (torch.utils.flop_counter, forward+backward, counted once on rank "
                         f"{rank.rank}) x measured steps / measured wall time / the device's dense {precision} peak "
                         f"{peak:.4g} FLOP/s")

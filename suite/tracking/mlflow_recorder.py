@@ -18,6 +18,7 @@ from suite.analysis.scoring import ConfigScore
 from suite.analysis.summary import summary_line
 from suite.config import RunConfig
 from suite.config.labels import short_labels
+from suite.figures import EVAL_TIME_S, LOSS, MATRIX_WALL_S, STEP_TIME_S, THROUGHPUT_CV, THROUGHPUT_SAMPLES_PER_S
 from suite.redact import redact_argv
 from suite.results.files import MatrixInfo, RunFiles
 from suite.results.record import RUNNING, RunResult
@@ -174,13 +175,13 @@ class MlflowRecorder(Recorder):
         end_ms = int((result.ended_at or time.time()) * 1000)
         start_ms = int((result.started_at or time.time()) * 1000)
         metrics = [(k, float(v), end_ms, 0) for k, v in result.metrics.items()]
-        metrics += [("loss", float(v), start_ms, step) for step, v in enumerate(result.losses)]
+        metrics += [(LOSS, float(v), start_ms, step) for step, v in enumerate(result.losses)]
         warmup = result.config.warmup_steps
-        metrics += [("step_time_s", float(v), start_ms, warmup + i)
+        metrics += [(STEP_TIME_S, float(v), start_ms, warmup + i)
                     for i, v in enumerate(result.facts.get("step_times_s") or [])]
         for evaluation in result.facts.get("evaluations") or []:  # quality over the run, at its step
             metrics += [(k, float(v), start_ms, int(evaluation["step"])) for k, v in evaluation.items()
-                        if k.startswith("eval_") and k != "eval_time_s"]
+                        if k.startswith("eval_") and k != EVAL_TIME_S]
         tags: dict[str, Any] = {}  # a few to filter by; every fact is in facts.json
         device_name = (result.facts.get("device") or {}).get("device_name")
         if device_name:
@@ -218,9 +219,9 @@ class MlflowRecorder(Recorder):
         now_ms = int(time.time() * 1000)
         metrics = [("repeats", float(score.repeats), now_ms, 0)]
         if score.throughput_score is not None:
-            metrics.append(("throughput_samples_per_s", score.throughput_score, now_ms, 0))
+            metrics.append((THROUGHPUT_SAMPLES_PER_S, score.throughput_score, now_ms, 0))
         if score.throughput_cv is not None:
-            metrics.append(("throughput_cv", score.throughput_cv, now_ms, 0))
+            metrics.append((THROUGHPUT_CV, score.throughput_cv, now_ms, 0))
         metrics += [("throughput_repeat", v, now_ms, i) for i, v in enumerate(score.throughput_values)]
         tags = {"suite.scoring": score.method, "suite.dropped_repeats": ",".join(map(str, score.dropped_repeats)),
                 "loss_digests_identical": score.loss_digests_identical, tags_.STATUS: score.status}
@@ -284,8 +285,8 @@ class MlflowRecorder(Recorder):
         self.gateway.terminate(self.parent_run_id, status, self._matrix_ended_at)
 
     def matrix_metrics(self, metrics: dict[str, float]) -> None:
-        if "matrix_wall_s" in metrics and not self._resume:  # the matrix run lasts as long as the matrix
-            self._matrix_ended_at = self._matrix_started_at + metrics["matrix_wall_s"]
+        if MATRIX_WALL_S in metrics and not self._resume:  # the matrix run lasts as long as the matrix
+            self._matrix_ended_at = self._matrix_started_at + metrics[MATRIX_WALL_S]
         if self.parent_run_id:
             now_ms = int(time.time() * 1000)
             headline = mlflow_metrics([(k, v, now_ms, 0) for k, v in metrics.items()])

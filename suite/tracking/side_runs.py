@@ -8,6 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from suite.errors import SuiteError
+from suite.figures import (
+    DATA_WAIT_FRACTION,
+    HOST_RAM_PEAK_PSS_ANON_BYTES,
+    HOST_RAM_PEAK_PSS_BYTES,
+    THROUGHPUT_SAMPLES_PER_S,
+)
 from suite.results.record import FINISHED
 from suite.tracking import mlflow_gateway as tags
 
@@ -59,8 +65,8 @@ def log_tune(gateway: MlflowGateway, run_id: str, outcome: TuneOutcome, files: S
         if point.status != FINISHED:
             continue
         suffix = "workers0" if point.prefetch_factor is None else f"pf{point.prefetch_factor}"
-        for name in ("throughput_samples_per_s", "host_ram_peak_pss_anon_bytes", "host_ram_peak_pss_bytes",
-                     "data_wait_fraction"):
+        for name in (THROUGHPUT_SAMPLES_PER_S, HOST_RAM_PEAK_PSS_ANON_BYTES, HOST_RAM_PEAK_PSS_BYTES,
+                     DATA_WAIT_FRACTION):
             value = getattr(point, name)
             if value is not None:
                 metrics.append((f"tune.{name}.{suffix}", float(value), now_ms, point.num_workers))

@@ -13,7 +13,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping
 import torch
 
 from suite.config import RunConfig
-from suite.figures import Figure
+from suite.figures import DEVICE_DECODE_FALLBACKS, EVAL_SAMPLES, SKIPPED_SAMPLES, Figure
 from suite.workload import Workload
 
 from workloads.bridgetower import eval_inputs, inputs
@@ -117,7 +117,7 @@ class BridgeTowerWorkload(Workload):
             everything: ImageCaptionSource = inputs.open_configured(config)
         with clock.phase("fingerprint"):
             dataset_fingerprint = everything.fingerprint()
-        self._skipped = everything.describe().get("skipped_samples", 0)
+        self._skipped = everything.describe().get(SKIPPED_SAMPLES, 0)
         source, held_out, split = inputs.split_configured(config, everything, config.batch * _world_size())
         with clock.phase("tokenization"):
             tokenizer, tokenizer_source = resolve_tokenizer(preset.tokenizer, preset.vocab_size, config.weights,
@@ -243,7 +243,7 @@ class BridgeTowerWorkload(Workload):
         texts, images = embed_pairs(model, batches, self._pixel_values, self.device.training().to_device,
                                     lambda: self.device.numerics().autocast(self.config.precision))
         self._observed_loader, self._fallbacks = observed, fallbacks
-        return {**retrieval_recall(texts, images), "eval_samples": float(len(self.eval_dataset))}
+        return {**retrieval_recall(texts, images), EVAL_SAMPLES: float(len(self.eval_dataset))}
 
     def train_with_trainer(self, hooks: Any) -> dict[str, float]:
         from workloads.bridgetower.trainer_engine import run_with_trainer
@@ -279,18 +279,18 @@ class BridgeTowerWorkload(Workload):
         self._ran_loader = loader
 
     def metrics(self) -> dict[str, float]:
-        figures = {"skipped_samples": float(self._skipped)} if self.config.skip_bad_samples else {}
+        figures = {SKIPPED_SAMPLES: float(self._skipped)} if self.config.skip_bad_samples else {}
         if self.config.loader in self.device.traits.decoders:  # an on-device decoder ran: images it left to the host
-            figures["device_decode_fallbacks"] = float(self._fallbacks.count)
+            figures[DEVICE_DECODE_FALLBACKS] = float(self._fallbacks.count)
             if self._fallbacks.count:
-                self._facts["device_decode_fallbacks"] = self._fallbacks.describe()
+                self._facts[DEVICE_DECODE_FALLBACKS] = self._fallbacks.describe()
         return figures
 
     def mlperf_hyperparameters(self) -> dict[str, Any]:
         preset = self.preset
         return {
             "train_samples": len(self._loader.dataset),
-            "eval_samples": len(self.eval_dataset),
+            EVAL_SAMPLES: len(self.eval_dataset),
             "opt_name": "adamw",
             "opt_base_learning_rate": preset.learning_rate,
             "opt_adamw_epsilon": preset.adam_epsilon,
