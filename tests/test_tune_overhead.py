@@ -6,16 +6,15 @@ import sys
 import time
 
 import pytest
+from conftest import runs_of
 from mlflow.tracking import MlflowClient
 
+from suite.analysis.tune import analyse, sweep_configs
 from suite.cli import main
 from suite.config import MatrixSpec, RunConfig
 from suite.errors import ConfigError
-from suite.results.record import FAILED, FINISHED, RunResult
 from suite.meters.host_ram import HostRamSampler
-from suite.analysis.tune import analyse, sweep_configs
-
-from conftest import runs_of
+from suite.results.record import FAILED, FINISHED, RunResult
 
 pytestmark = pytest.mark.mechanics
 
@@ -105,7 +104,7 @@ def test_bench_overhead_json_compares_the_suite_loop_with_a_bare_loop():
     low, high = figures["overhead_ci95"]
     assert low <= figures["overhead_fraction"] <= high
     parts = figures["decomposition"]
-    from suite.run.overhead_trackers import SECTIONS
+    from suite.run.overhead import SECTIONS
 
     assert set(parts) == {*SECTIONS, "tracker_process"}
     assert all(parts[name]["wall_s_per_step"] >= 0 and parts[name]["cpu_s_per_step"] >= 0 for name in SECTIONS)

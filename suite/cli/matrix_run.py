@@ -225,7 +225,7 @@ def _write_report(folder: Path, recorder: MlflowRecorder | None, outcome: Matrix
     return files.html
 
 
-def _exit_status(run: MatrixRun) -> int:
+def matrix_exit_status(run: MatrixRun) -> int:
     outcome = run.outcome
     return 0 if outcome.status == FINISHED and not outcome.recorder_errors and not outcome.recording_error else 1
 
@@ -243,7 +243,7 @@ def _history(tracking_uri: str, configs: Sequence[RunConfig], repeats: int) -> A
         return None
 
 
-def _shard_and_matrix_id(spec: MatrixSpec, args: argparse.Namespace) -> list[RunConfig] | None:
+def shard_and_matrix_id(spec: MatrixSpec, args: argparse.Namespace) -> list[RunConfig] | None:
     """This invocation's shard of the matrix (``--shard I/N``; ``None`` without it), and the matrix id that the
     shards, or the nodes of a multi-node matrix, share (``args.matrix_id``, derived where not given)."""
 
@@ -303,7 +303,7 @@ def dry_run(spec: MatrixSpec, args: argparse.Namespace, configs: Sequence[RunCon
     return 0
 
 
-def _matrix_size(args: argparse.Namespace) -> int:
+def matrix_size(args: argparse.Namespace) -> int:
     size = getattr(args, "repeats", 1)
     for axis in ("devices", "workers", "loaders", "precisions", "engines"):
         size *= len(getattr(args, axis, None) or (None,))

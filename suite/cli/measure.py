@@ -11,7 +11,14 @@ from typing import Any, Sequence
 import suite.cli.options as options
 from suite.analysis import tune
 from suite.cli.display import say
-from suite.cli.matrix_run import _exit_status, _matrix_size, _shard_and_matrix_id, dry_run, run_recorded, spec_from_args
+from suite.cli.matrix_run import (
+    dry_run,
+    matrix_exit_status,
+    matrix_size,
+    run_recorded,
+    shard_and_matrix_id,
+    spec_from_args,
+)
 from suite.cli.tables import print_tune_table
 from suite.config import TOKENIZER_MODES
 from suite.config.labels import FILE_RUN_OPTIONS, load_config_file
@@ -156,10 +163,10 @@ def merge_config_file(args: argparse.Namespace, argv: Sequence[str]) -> argparse
 def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     args = merge_config_file(args, argv)
     if not args.dry_run and sys.stderr.isatty():  # said before the heavy imports (torch, transformers, MLflow)
-        say(f"suite: {_matrix_size(args)} run(s) of {args.workload}: preparing (model library, dataset, tokenizer, "
+        say(f"suite: {matrix_size(args)} run(s) of {args.workload}: preparing (model library, dataset, tokenizer, "
             "MLflow store)...", file=sys.stderr)
     spec = spec_from_args(args)
-    configs = _shard_and_matrix_id(spec, args)
+    configs = shard_and_matrix_id(spec, args)
     if configs == []:
         say(f"suite: shard {args.shard[0]}/{args.shard[1]} holds no configuration of this matrix: nothing to run")
         return 0
@@ -168,7 +175,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     run = run_recorded(spec, configs, args, argv)
     run.store.release()
     say("\n".join(f"{k}: {v}" for k, v in run.where.items()))
-    return _exit_status(run)
+    return matrix_exit_status(run)
 
 
 def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -203,4 +210,4 @@ def cmd_tune(args: argparse.Namespace, argv: Sequence[str]) -> int:
         say(f"suite: warning: the host was busy with other work while measuring {', '.join(busy)}: those figures "
               "are not the machine's; run again on a quiet host", file=sys.stderr)
     say("\n".join(f"{k}: {v}" for k, v in run.where.items()))
-    return _exit_status(run)
+    return matrix_exit_status(run)

@@ -9,14 +9,14 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping, Sequence
 
 from suite.config.settings import (
-    _SAFE,
     ENGINES,
     LOADERS,
     PRECISIONS,
+    UNSAFE_IN_ID,
     RunSettings,
-    _require_choice,
-    _require_int,
-    _require_name,
+    require_choice,
+    require_int,
+    require_name,
 )
 from suite.errors import ConfigError
 from suite.text import utf8_text
@@ -94,11 +94,11 @@ class RunConfig(RunSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _require_name("device", self.device)
-        _require_int("num_workers", self.num_workers, 0)
-        _require_choice("loader", self.loader, LOADERS)
-        _require_choice("precision", self.precision, PRECISIONS)
-        _require_choice("engine", self.engine, ENGINES)
+        require_name("device", self.device)
+        require_int("num_workers", self.num_workers, 0)
+        require_choice("loader", self.loader, LOADERS)
+        require_choice("precision", self.precision, PRECISIONS)
+        require_choice("engine", self.engine, ENGINES)
 
     @property
     def batch(self) -> int:
@@ -128,7 +128,7 @@ class RunConfig(RunSettings):
             parts.append(f"nn{self.nnodes}")
         parts += [f"b{self.batch_size if self.batch_size is not None else 'default'}", f"s{self.seed}",
                   self.digest()[:8]]
-        return "-".join(_SAFE.sub("_", part) for part in parts)
+        return "-".join(UNSAFE_IN_ID.sub("_", part) for part in parts)
 
     def digest(self) -> str:
         """sha256 over the identity fields that differ from their defaults (canonical JSON, sorted keys); run

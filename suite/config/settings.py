@@ -41,7 +41,7 @@ SETUP_ALLOWANCE_S = 900.0
 STEP_ALLOWANCE_S = 60.0
 #: Longest wait for one batch from loader workers when no --loader-timeout is given.
 DEFAULT_LOADER_TIMEOUT_S = 300.0
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")  # what may appear in a config id part
+UNSAFE_IN_ID = re.compile(r"[^A-Za-z0-9._-]+")  # what may not appear in a config id part (replaced by _)
 
 
 #: The largest count of steps, workers, processes... a configuration may name: far beyond any real run, and small
@@ -59,7 +59,7 @@ MIN_LOADER_MEMORY_GIB = 2.0**-10
 MAX_REPEATS = 1000
 
 
-def _require_int(name: str, value: Any, minimum: int, maximum: int = MAX_COUNT) -> None:
+def require_int(name: str, value: Any, minimum: int, maximum: int = MAX_COUNT) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
     if value < minimum:
@@ -69,12 +69,12 @@ def _require_int(name: str, value: Any, minimum: int, maximum: int = MAX_COUNT) 
         raise ConfigError(f"{name} must be <= {maximum:,}, got {shown}")
 
 
-def _require_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+def require_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
-def _require_name(name: str, value: Any) -> None:
+def require_name(name: str, value: Any) -> None:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
 
@@ -120,34 +120,34 @@ class RunSettings:
     rdzv_endpoint: str | None = field(default=None, metadata=_CONTROL)  # HOST:PORT where the nodes meet (nnodes > 1)
 
     def __post_init__(self) -> None:
-        _require_name("workload", self.workload)
-        _require_name("preset", self.preset)
-        _require_int("steps", self.steps, 1)
-        _require_int("warmup_steps", self.warmup_steps, 0)
-        _require_int("seed", self.seed, 0, MAX_SEED)
+        require_name("workload", self.workload)
+        require_name("preset", self.preset)
+        require_int("steps", self.steps, 1)
+        require_int("warmup_steps", self.warmup_steps, 0)
+        require_int("seed", self.seed, 0, MAX_SEED)
         if self.batch_size is not None:
-            _require_int("batch_size", self.batch_size, 1)
+            require_int("batch_size", self.batch_size, 1)
         for name in ("dataset", "weights"):
             value = getattr(self, name)
             if value is not None:
-                _require_name(name, value)
-        _require_choice("tokenizer", self.tokenizer, TOKENIZER_MODES)
+                require_name(name, value)
+        require_choice("tokenizer", self.tokenizer, TOKENIZER_MODES)
         if not isinstance(self.skip_bad_samples, bool):
             raise ConfigError(f"skip_bad_samples must be true or false, got {self.skip_bad_samples!r}")
         if not isinstance(self.deterministic, bool):
             raise ConfigError(f"deterministic must be true or false, got {self.deterministic!r}")
-        _require_int("nproc_per_node", self.nproc_per_node, 1)
-        _require_int("nnodes", self.nnodes, 1)
+        require_int("nproc_per_node", self.nproc_per_node, 1)
+        require_int("nnodes", self.nnodes, 1)
         if self.nnodes > 1:
             host, colon, port = (self.rdzv_endpoint or "").rpartition(":")
             if not colon or not host or not port.isdigit():
                 raise ConfigError(f"nnodes {self.nnodes} needs rdzv_endpoint HOST:PORT (where the nodes' torchrun "
                                   f"meet: the same on every node), got {self.rdzv_endpoint!r}")
         if self.prefetch_factor is not None:
-            _require_int("prefetch_factor", self.prefetch_factor, 1)
+            require_int("prefetch_factor", self.prefetch_factor, 1)
         for name in ("max_image_pixels", "max_image_bytes", "max_caption_bytes"):
             if getattr(self, name) is not None:
-                _require_int(name, getattr(self, name), 1, 2**48)
+                require_int(name, getattr(self, name), 1, 2**48)
         if self.loader_memory_gib is not None and (
                 isinstance(self.loader_memory_gib, bool) or not isinstance(self.loader_memory_gib, (int, float))
                 or not MIN_LOADER_MEMORY_GIB <= self.loader_memory_gib <= MAX_GIB):
@@ -156,22 +156,22 @@ class RunSettings:
         if not isinstance(self.allow_outside_links, bool):
             raise ConfigError(f"allow_outside_links must be true or false, got {self.allow_outside_links!r}")
         if self.eval_every is not None:
-            _require_int("eval_every", self.eval_every, 1)
+            require_int("eval_every", self.eval_every, 1)
         if self.eval_samples is not None:
-            _require_int("eval_samples", self.eval_samples, 2)
+            require_int("eval_samples", self.eval_samples, 2)
         if self.target_quality is not None:
             if isinstance(self.target_quality, bool) or not isinstance(self.target_quality, (int, float)) \
                     or not 0 < self.target_quality <= 1:
                 raise ConfigError(f"target_quality must be a recall in (0, 1], got {self.target_quality!r}")
         if self.max_steps is not None:
-            _require_int("max_steps", self.max_steps, 1)
+            require_int("max_steps", self.max_steps, 1)
             if self.target_quality is None:
                 raise ConfigError("max_steps bounds a run to a quality target: give target_quality too")
         for name in ("submission_org", "submission_platform"):
             if getattr(self, name) is not None:
-                _require_name(name, getattr(self, name))
+                require_name(name, getattr(self, name))
         if self.submission_division is not None:
-            _require_choice("submission_division", self.submission_division, DIVISIONS)
+            require_choice("submission_division", self.submission_division, DIVISIONS)
         if not isinstance(self.clear_caches, bool):
             raise ConfigError(f"clear_caches must be true or false, got {self.clear_caches!r}")
         for name in ("timeout_s", "loader_timeout_s"):

@@ -22,13 +22,13 @@ from suite.registry import load_device
 PROCESS_MODULE = "suite.run.process"
 
 
-def _address_space_limit(limit_bytes: int) -> Callable[[], None]:
+def address_space_limit(limit_bytes: int) -> Callable[[], None]:
     def apply() -> None:  # runs in the child between fork and exec; loader workers inherit it
         resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
     return apply
 
 
-def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+def signal_group(proc: subprocess.Popen, signum: int) -> None:
     """Signal the configuration's process group (it and its loader workers, torchrun's ranks)."""
     try:
         os.killpg(proc.pid, signum)
@@ -36,11 +36,11 @@ def _signal_group(proc: subprocess.Popen, signum: int) -> None:
         pass
 
 
-def _kill_group(proc: subprocess.Popen, timed_out: threading.Event) -> None:
+def kill_group(proc: subprocess.Popen, timed_out: threading.Event) -> None:
     """The time limit passed: kill the whole configuration."""
     if proc.poll() is None:
         timed_out.set()
-        _signal_group(proc, signal.SIGKILL)
+        signal_group(proc, signal.SIGKILL)
 
 
 #: How long a node waits for the others at a configuration's rendezvous before the configuration fails.
@@ -62,7 +62,7 @@ def launcher_command(config: RunConfig, run_name: str) -> list[str]:
     return [sys.executable]
 
 
-def _child_environment(config: RunConfig) -> dict[str, str]:
+def configuration_environment(config: RunConfig) -> dict[str, str]:
 
     return {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1",
             **child_environment(load_device(config.device), config.nproc_per_node)}
@@ -95,9 +95,9 @@ class Standby:
         if not can_start_ahead(config):
             raise ValueError(f"{config.config_id} runs under torchrun: it cannot be started ahead")
         self.config, self.memory_limit_bytes = config, memory_limit_bytes
-        self._environment = _child_environment(config)
+        self._environment = configuration_environment(config)
         self._stderr = tempfile.TemporaryFile()  # handed to the child; closed at hand-over/cancel
-        limit = _address_space_limit(memory_limit_bytes) if memory_limit_bytes else None
+        limit = address_space_limit(memory_limit_bytes) if memory_limit_bytes else None
         self.launched_at = time.time()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", PROCESS_MODULE, "--standby", f"{config.workload},{config.device}"],
@@ -110,7 +110,8 @@ class Standby:
         limit, and still alive."""
         return (can_start_ahead(config) and config.workload == self.config.workload
                 and config.device == self.config.device and memory_limit_bytes == self.memory_limit_bytes
-                and _public(_child_environment(config)) == _public(self._environment) and self.proc.poll() is None)
+                and _public(configuration_environment(config)) == _public(self._environment)
+                and self.proc.poll() is None)
 
     def hand_over(self, folder: Path) -> subprocess.Popen | None:
         """Give the process its run folder; from now on it is that configuration's process. ``None`` if it died
@@ -133,7 +134,7 @@ class Standby:
                 self.proc.stdin.close()
         except OSError:
             pass
-        _signal_group(self.proc, signal.SIGKILL)
+        signal_group(self.proc, signal.SIGKILL)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

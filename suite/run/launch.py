@@ -28,11 +28,11 @@ from suite.results.store import ResultsStore
 from suite.run.children import (
     PROCESS_MODULE,
     Standby,
-    _address_space_limit,
-    _child_environment,
-    _kill_group,
-    _signal_group,
+    address_space_limit,
+    configuration_environment,
+    kill_group,
     launcher_command,
+    signal_group,
 )
 from suite.run.outcome import Watched, complete_record, unreported
 
@@ -142,10 +142,10 @@ def launch(config: RunConfig, store: ResultsStore, progress: Progress | None = N
         proc = standby.hand_over(files.folder.resolve()) if standby is not None else None
         if proc is None:
             cmd = [*launcher_command(config, name), "-m", PROCESS_MODULE, "--run-folder", str(files.folder.resolve())]
-            limit = _address_space_limit(memory_limit_bytes) if memory_limit_bytes else None
+            limit = address_space_limit(memory_limit_bytes) if memory_limit_bytes else None
             # its own process group: a time limit or an interrupt stops it together with its loader workers
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=limit,
-                                    env={**_child_environment(config), LAUNCHED_AT_ENV: repr(started)},
+                                    env={**configuration_environment(config), LAUNCHED_AT_ENV: repr(started)},
                                     start_new_session=True)
         try:
             files.write(files.run_info, {**run_info, "pid": proc.pid})
@@ -193,7 +193,7 @@ def _watch(proc: subprocess.Popen, config: RunConfig, files: RunFiles, sink: _Lo
     received: dict[str, Any] | None = None
     timeout_s = config.effective_timeout_s()
     timed_out = threading.Event()
-    timer = threading.Timer(timeout_s, _kill_group, (proc, timed_out)) if timeout_s else None
+    timer = threading.Timer(timeout_s, kill_group, (proc, timed_out)) if timeout_s else None
     if timer is not None:
         timer.daemon = True
         timer.start()
@@ -214,11 +214,11 @@ def _watch(proc: subprocess.Popen, config: RunConfig, files: RunFiles, sink: _Lo
                 progress.event(config, event)
         returncode = proc.wait()
     except BaseException as exc:  # interrupted: stop the child and its workers, then propagate
-        _signal_group(proc, signal.SIGTERM)
+        signal_group(proc, signal.SIGTERM)
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            _signal_group(proc, signal.SIGKILL)
+            signal_group(proc, signal.SIGKILL)
             proc.wait()
         sampler.stop()
         if isinstance(exc, KeyboardInterrupt):  # a result already sent is a finished run: never lost

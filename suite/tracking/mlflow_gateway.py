@@ -30,10 +30,10 @@ from suite.errors import SuiteError
 from suite.redact import redact_uri
 from suite.tracking.deadlines import _Deadlined
 from suite.tracking.stores import (
-    _first_line,
-    _initialise_sqlite,
     artifact_location,
     default_tracking_uri,
+    first_error_line,
+    initialise_sqlite,
     refuse_links,
     sqlite_path,
 )
@@ -98,7 +98,7 @@ class MlflowGateway:
                     os.environ[MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT.name] = "true"
             database = sqlite_path(self._uri)
             if database is not None:
-                _initialise_sqlite(self._uri, database)
+                initialise_sqlite(self._uri, database)
             self._client = _Deadlined(MlflowClient(tracking_uri=self._uri), self.tracking_uri)
         return self._client
 
@@ -182,7 +182,7 @@ class MlflowGateway:
         try:
             return self.client.get_run(run_id)
         except Exception as exc:  # MlflowException, or a store that cannot be reached
-            raise SuiteError(f"no MLflow run {run_id!r} at {self.tracking_uri}: {_first_line(exc)}") from exc
+            raise SuiteError(f"no MLflow run {run_id!r} at {self.tracking_uri}: {first_error_line(exc)}") from exc
 
     def search_runs(self, experiment_ids: Sequence[str], filter_string: str = "",
                     order_by: Sequence[str] | None = None) -> list[Any]:
@@ -198,7 +198,7 @@ class MlflowGateway:
                 if not token:
                     return runs
         except Exception as exc:
-            raise SuiteError(f"MLflow query failed at {self.tracking_uri}: {_first_line(exc)}") from exc
+            raise SuiteError(f"MLflow query failed at {self.tracking_uri}: {first_error_line(exc)}") from exc
 
     def finished_durations(self, config_ids: Sequence[str]) -> dict[str, list[float]]:
         """Wall seconds (start to end, set-up included) of every FINISHED configuration run of each id, from every
@@ -220,7 +220,7 @@ class MlflowGateway:
                                         if r.info.end_time and r.info.start_time
                                         and RUN_UID in r.data.tags]  # measured runs, not a score of repeats
         except Exception as exc:
-            raise SuiteError(f"MLflow query failed at {self.tracking_uri}: {_first_line(exc)}") from exc
+            raise SuiteError(f"MLflow query failed at {self.tracking_uri}: {first_error_line(exc)}") from exc
         return durations
 
     def matrix_overheads(self, limit: int = 10) -> list[float]:
@@ -246,7 +246,7 @@ class MlflowGateway:
                 if children and matrix.info.end_time:
                     overheads.append(max(0.0, (matrix.info.end_time - matrix.info.start_time) / 1000 - inside))
         except Exception as exc:
-            raise SuiteError(f"MLflow query failed at {self.tracking_uri}: {_first_line(exc)}") from exc
+            raise SuiteError(f"MLflow query failed at {self.tracking_uri}: {first_error_line(exc)}") from exc
         return overheads
 
     def find_run(self, experiment_id: str, **tags: str) -> Any | None:

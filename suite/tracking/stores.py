@@ -161,14 +161,14 @@ def _authorization(credentials: tuple[str, str] | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def _first_line(exc: BaseException) -> str:
+def first_error_line(exc: BaseException) -> str:
     """The first line of an error from MLflow or a database driver, credentials redacted (a driver may quote its
     connection URL)."""
     message = getattr(exc, "message", None) or str(exc)
     return redact_text((message.strip().splitlines() or [type(exc).__name__])[0])
 
 
-def _initialise_sqlite(uri: str, database: Path) -> None:
+def initialise_sqlite(uri: str, database: Path) -> None:
     """Create the store's tables under a file lock (a new store: from the migrated template,
     :mod:`suite.tracking.sqlite_template`) and switch the database to WAL journaling."""
     import sqlite3
