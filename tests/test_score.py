@@ -21,6 +21,10 @@ from suite.cli import main
 
 from conftest import run_file, runs_of
 
+#: MLPerf's score and the RCP check over recorded logs: the suite's machinery, whatever transformers line trained
+#: the runs (the reference bands per line are tests/test_quality.py's)
+pytestmark = pytest.mark.mechanics
+
 
 # --- the arithmetic, against MLCommons' code ------------------------------------------------------------------
 @pytest.mark.parametrize("seed", range(20))
