@@ -342,7 +342,8 @@ FACTS: tuple[Fact, ...] = (
     _fact("global_batch_size", "integer", "samples per step over every rank"),
     _fact("world_size", "integer", "processes training together (torchrun ranks)"),
     _fact("nodes", "integer", "nodes the configuration ran on"),
-    _fact("precision_used", "string", "the precision the step ran in"),
+    _fact("precision_used", "string|null", "the precision the model's forward pass ran in, read from torch while "
+          "it ran (null: the workload did not observe it)"),
     _fact("loader_used", "string|null", "the loader whose batches reached the step (observed)"),
     _fact("num_workers_used", "integer|null", "loader worker processes that ran (observed)"),
     _fact("prefetch_factor_used", "integer|null", "batches each worker prepared ahead (observed)"),

@@ -169,6 +169,12 @@ class Workload(ABC):
         own). A workload that cannot tell leaves keys out, and the audit fails those checks."""
         return {}
 
+    def precision_ran(self) -> str | None:
+        """The precision the model's forward pass ran in, read while it ran
+        (:meth:`suite.devices.interfaces.Numerics.precision_in_force`); ``None`` where the workload did not observe
+        it (recorded as null: unknown, never the request copied)."""
+        return None
+
     def train_with_trainer(self, hooks: Any) -> dict[str, float]:
         """Engine ``hf-trainer``: run ``warmup_steps + steps`` steps through the framework's own trainer
         (transformers ``Trainer``), calling ``hooks.begin()`` once, ``hooks.batch_ready()`` when a step's

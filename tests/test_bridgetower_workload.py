@@ -68,3 +68,52 @@ def test_missing_checkpoint_is_a_clear_failure(tmp_path):
                        precision="fp32", batch_size=8, weights="./no-such-checkpoint")
     with pytest.raises(SuiteError, match="weights path does not exist: ./no-such-checkpoint"):
         BridgeTowerWorkload.prepare(config)
+
+
+def test_the_precision_recorded_is_read_from_torch_while_the_model_runs():
+    """Issue 48 (2): `precision_used` was the request copied. It is read in the model's forward pass: what autocast
+    and the parameters say there, whatever was asked."""
+    from suite.devices.cpu import CPUAdapter
+
+    adapter = CPUAdapter()
+    adapter.setup()
+    numerics = adapter.numerics()
+    linear = torch.nn.Linear(2, 2)
+    assert numerics.precision_in_force(linear.parameters()) == "fp32"
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert numerics.precision_in_force(linear.parameters()) == "bf16"
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert numerics.precision_in_force(linear.parameters()) == "autocast float16"
+    assert numerics.precision_in_force(linear.to(torch.bfloat16).parameters()) == "parameters bfloat16"
+
+
+def test_a_bf16_request_whose_autocast_never_engages_is_recorded_as_fp32(tmp_path, monkeypatch):
+    """A device whose autocast silently does nothing (the context entered, no lower precision) ran fp32: the record
+    says fp32 beside the bf16 request, which the manifest keeps as `requested`."""
+    import contextlib
+
+    from suite.config import RunConfig
+    from suite.devices.interfaces import Numerics
+
+    config = RunConfig(workload="bridgetower", preset="tiny", device="cpu", num_workers=0, loader="cpu",
+                       precision="bf16", steps=1, warmup_steps=0, batch_size=TINY.batch_size)
+    from suite.devices.cpu import CPUAdapter
+
+    adapter = CPUAdapter()
+    adapter.setup()
+    workload = BridgeTowerWorkload(config, adapter)
+    workload.setup()
+    try:
+        workload.train_step(next(workload.batches()))
+        assert workload.precision_ran() == "bf16"  # the real autocast, observed
+    finally:
+        workload.teardown()
+    monkeypatch.setattr(Numerics, "autocast", lambda self, precision: contextlib.nullcontext())
+    workload = BridgeTowerWorkload(config, adapter)
+    workload.setup()
+    try:
+        workload.train_step(next(workload.batches()))
+        assert workload.precision_ran() == "fp32"
+    finally:
+        workload.teardown()
+        adapter.teardown()

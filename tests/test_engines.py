@@ -70,3 +70,21 @@ def test_engine_is_a_validated_matrix_axis():
     assert configs[1].config_id.startswith("w-p-cpu-nw0-cpu-fp32-hf-trainer-")
     with pytest.raises(ConfigError, match="engine must be one of suite, hf-trainer"):
         MatrixSpec(workload="w", preset="p", engines=("keras",)).expand()
+
+
+def test_the_precision_each_engine_ran_is_read_inside_the_forward_pass(tmp_path):
+    """Issue 48 (2): `precision_used` is observed, never the request copied. accelerate enters bf16 autocast inside the
+    model's forward (it wraps forward itself), after the model's own pre-hooks: read there, the trainer's bf16 run
+    looked like fp32. It is read where the layers run, for both engines."""
+    code = main(["run", "--engine", "suite,hf-trainer", "--precision", "bf16,fp32", "--workers", "0", "--steps", "1",
+                 "--warmup-steps", "0", "--output", str(tmp_path / "out"), "--tracking-uri",
+                 f"sqlite:///{tmp_path}/m.db", "--no-progress", "--no-report", "--system-metrics-interval", "0"])
+    assert code == 0
+    ran = {(r["config"]["engine"], r["config"]["precision"]): r["facts"]["precision_used"]
+           for r in runs_of(tmp_path / "out")}
+    assert ran == {("suite", "bf16"): "bf16", ("suite", "fp32"): "fp32", ("hf-trainer", "bf16"): "bf16",
+                   ("hf-trainer", "fp32"): "fp32"}, ran
+    for run in runs_of(tmp_path / "out"):  # the manifest keeps both, the request and what ran
+        manifest = json.loads(run_file(tmp_path / "out", run, "manifest.json").read_text())
+        assert manifest["precision"] == {"requested": run["config"]["precision"],
+                                         "ran": run["facts"]["precision_used"]}

@@ -17,7 +17,7 @@ import contextlib
 import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ContextManager
+from typing import TYPE_CHECKING, Any, ContextManager, Iterable
 
 from suite.errors import ConfigError
 from suite.registry import load_decoder
@@ -59,6 +59,28 @@ class Numerics:
         if precision == "bf16":
             return torch.autocast(device_type=self.adapter.torch_device.type, dtype=torch.bfloat16)
         raise ConfigError(f"precision {precision!r} has no autocast rule on {name}")
+
+    def precision_in_force(self, parameters: Iterable[Any]) -> str:
+        """The precision a forward pass runs in, read from torch while it runs (never the request): ``bf16`` under
+        bfloat16 autocast, ``fp32`` without autocast over float32 parameters; anything else as torch holds it
+        (``autocast float16``, ``parameters bfloat16``)."""
+        import torch
+
+        device_type = self.adapter.torch_device.type
+        try:
+            autocast_on = torch.is_autocast_enabled(device_type)
+            autocast_dtype = torch.get_autocast_dtype(device_type) if autocast_on else None
+        except (TypeError, AttributeError):  # torch < 2.4: one switch and one dtype per CPU / GPU
+            on_cpu = device_type == "cpu"
+            autocast_on = torch.is_autocast_cpu_enabled() if on_cpu else torch.is_autocast_enabled()
+            autocast_dtype = (torch.get_autocast_cpu_dtype() if on_cpu else torch.get_autocast_gpu_dtype()) \
+                if autocast_on else None
+        if autocast_dtype is not None:
+            return "bf16" if autocast_dtype == torch.bfloat16 else f"autocast {str(autocast_dtype)[6:]}"
+        dtypes = sorted({str(p.dtype)[6:] for p in parameters if p.is_floating_point()})  # "torch.float32"[6:]
+        if dtypes == ["float32"]:
+            return "fp32"
+        return "parameters " + ", ".join(dtypes) if dtypes else "no floating-point parameters"
 
     def lowest_precisions(self, precision: str) -> dict[str, str]:
         """The lowest numerical precision of linear layers, attention and gradient communication when running

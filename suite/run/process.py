@@ -107,6 +107,7 @@ class _Execution:
         self.facts = self.result.facts
         self.facts["warmup_steps_excluded"] = config.warmup_steps
         self.facts["batch_size_used"] = None
+        self.facts["precision_used"] = None
         self.adapter: DeviceAdapter | None = None
         self.workload: Workload | None = None
         self.host: HostGroup | None = None
@@ -161,7 +162,6 @@ class _Execution:
             for phase, seconds in workload.setup_clock.seconds.items():
                 self.setup.add(phase, seconds)
         facts["workload"] = workload.facts()
-        facts["precision_used"] = config.precision
         facts["run_params"] = run_params(adapter)
         facts["method_deviations"] = type(workload).method_deviations(config, facts["run_params"])
         log_hyperparameters(mlperf, config, workload, self.rank)
@@ -184,6 +184,7 @@ class _Execution:
                   self.first_step_done, self.host)
         result.metrics.update(workload.metrics())
         self.facts["workload"] = workload.facts()  # with what the run itself learnt (e.g. images decoded on the host)
+        self.facts["precision_used"] = workload.precision_ran()  # observed in the forward pass, never the request
         record_observed_loader(result, workload)
         mlperf.end(constants.RUN_STOP, metadata=run_stop_metadata(config))
         result.status = FINISHED
@@ -196,6 +197,7 @@ class _Execution:
         try:
             log_traceback()
             if self.workload is not None:
+                self.facts["precision_used"] = self.workload.precision_ran()
                 record_observed_loader(self.result, self.workload)
         except Exception:  # noqa: BLE001 - the run's own failure is what the result says
             log_traceback()

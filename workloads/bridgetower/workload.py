@@ -101,6 +101,8 @@ class BridgeTowerWorkload(Workload):
         self._fallbacks = DecodeFallbacks()  # training images the device decoder left to the host
         self._skipped = 0
         self._eval_images: Any = None  # the held-out images preprocessed before the run (eval_inputs)
+        self._precision_ran: str | None = None  # read in the model's first forward pass (either engine)
+        self._precision_hooks: list[Any] = []
 
     @classmethod
     def preload(cls) -> None:
@@ -137,6 +139,10 @@ class BridgeTowerWorkload(Workload):
         model, self.model, self.params, self.ops = built.model, built.placed, built.params, built.ops
         self.optimizer, self.scheduler, optimizer_description = built.optimizer, built.scheduler, built.optimizer_text
         self._facts.update(built.facts)
+        # on every submodule, not the model: a trainer may enter autocast inside the model's forward (accelerate wraps
+        # forward itself), after the model's own pre-hooks ran; the first submodule to run sees what its layers see
+        self._precision_hooks = [module.register_forward_pre_hook(self._observe_precision)
+                                 for module in list(model.modules())[1:]]
         total_steps = config.total_steps
         self.image_size = int(model.config.vision_config.image_size)  # `model`: unwrapped by DDP
         bounds, budget = self._make_loaders(source, held_out, encoded, encoded_held_out)
@@ -303,6 +309,17 @@ class BridgeTowerWorkload(Workload):
                        strict=False)),  # as the optimizer runs (torch's and Habana's fused AdamW: 0.9, 0.999)
             "max_sequence_length": preset.max_seq_length,
         }
+
+    def _observe_precision(self, module: Any, args: Any) -> None:
+        """Forward pre-hook, once: the precision in force as the model's layers run (the suite's loop or the
+        trainer's)."""
+        self._precision_ran = self.device.numerics().precision_in_force(self.params)
+        hooks, self._precision_hooks = self._precision_hooks, []
+        for hook in hooks:
+            hook.remove()
+
+    def precision_ran(self) -> str | None:
+        return self._precision_ran
 
     def facts(self) -> dict[str, Any]:  # with how the batches crossed from the workers, where they reused memory
         return {**self._facts, **({"batch_transfer": ring.describe()} if (ring := of_loader(self._loader)) else {})}
