@@ -113,14 +113,14 @@ class _Execution:
         self.host: HostGroup | None = None
 
     @property
-    def device(self) -> DeviceAdapter:
+    def ready_device(self) -> DeviceAdapter:
         """The device adapter, once :meth:`set_up_device` has made it."""
         if self.adapter is None:
             raise RuntimeError("the device is not set up yet")
         return self.adapter
 
     @property
-    def set_up(self) -> Workload:
+    def ready_workload(self) -> Workload:
         """The workload, once :meth:`set_up_workload` has made it."""
         if self.workload is None:
             raise RuntimeError("the workload is not set up yet")
@@ -153,7 +153,7 @@ class _Execution:
             prepare_device(config, adapter)
 
     def set_up_workload(self, config_filename: str) -> None:
-        config, facts, adapter, mlperf = self.config, self.facts, self.device, self.mlperf
+        config, facts, adapter, mlperf = self.config, self.facts, self.ready_device, self.mlperf
         workload = self.workload = load_workload(config.workload)(config, adapter)
         self.emit_event(phase="workload setup")
         try:
@@ -171,8 +171,8 @@ class _Execution:
         mlperf.end(constants.INIT_STOP)
 
     def train(self) -> None:
-        config, rank, mlperf, workload, result = self.config, self.rank, self.mlperf, self.set_up, self.result
-        adapter = self.device
+        config, rank, mlperf, workload, result = self.config, self.rank, self.mlperf, self.ready_workload, self.result
+        adapter = self.ready_device
         mlperf.start(constants.RUN_START)
         quality = QualityTracker(config, workload, mlperf, self.emit_event, rank.rank, self.host, time.monotonic(),
                                  config.batch * rank.world_size)
