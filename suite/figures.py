@@ -374,6 +374,8 @@ FACTS: tuple[Fact, ...] = (
     _fact("device_memory_samples", "object", "the device memory samples the fit used"),
     _fact("mfu", "string", "how the MFU was computed, or why it was not"),
     _fact("device_peak_memory_source", "string", "what device_peak_memory_bytes reads"),
+    _fact("device_peak_memory_is_host", "boolean",
+          "the device has no memory of its own: device_peak_memory_bytes is the host's"),
     _fact("started_ahead", "boolean", "the configuration's process was started ahead of its turn"),
     _fact("node_role", "string", "worker: another node measured and recorded this multi-node configuration"),
     _fact("run_dir", "string", "the run's folder, relative to the results folder"),
@@ -420,3 +422,18 @@ def misfit_fact(facts: Mapping[str, Any]) -> str | None:
             if bad is not None:
                 return f"facts.{fact.path}[{bad}] is {value[bad]!r}, not a finite {fact.items}"
     return None
+
+
+#: The caption where a row's device peak memory is the host's (see :func:`device_memory_is_host`).
+HOST_DEVICE_MEMORY_NOTE = ("device peak on a device with no memory of its own (a CPU): the training process's host "
+                           "high-water mark, the same memory as the host figures")
+
+
+def device_memory_is_host(facts: Mapping[str, Any]) -> bool:
+    """Whether a run's ``device_peak_memory_bytes`` is the host's memory, as its record says: the fact
+    ``device_peak_memory_is_host``, or, in records from before it, the source the CPU meter named."""
+    flag = facts.get("device_peak_memory_is_host")
+    if isinstance(flag, bool):
+        return flag
+    source = facts.get("device_peak_memory_source")
+    return isinstance(source, str) and source.endswith("(host memory)")

@@ -53,7 +53,8 @@ def _folder(tmp_path: Path) -> Path:
     for (loader, workers), throughput in figures.items():
         config = dataclasses.replace(BASE, loader=loader, num_workers=workers)
         store.record(RunResult(config=config, status=FINISHED, run_uid=f"{loader}{workers}",
-                               metrics=_metrics(throughput, busy=(loader, workers) == ("cpu", 1))))
+                               metrics=_metrics(throughput, busy=(loader, workers) == ("cpu", 1)),
+                               facts={"device_peak_memory_is_host": True}))  # as the CPU's meter records
     store.record(RunResult(config=dataclasses.replace(BASE, precision="bf16"), status=FAILED,
                            reason="bf16 is not supported here", run_uid="bf16"))
     store.finish(FAILED, "1 of 7 run(s) did not finish")
@@ -111,12 +112,12 @@ def test_the_markdown_twin_says_what_the_page_says(tmp_path):
         assert f"]({image.name})" in markdown and image.stat().st_size > 1000
     for text in ("Best: device=cpu workers=2 loader=device precision=fp32 engine=suite at 70.0 samples/s, 1.75x",
                  "host was busy", "abc123", "suite run --workers 0,1,2 --loader cpu,device",
-                 "(host VmHWM)", "device=cpu workers=0 loader=cpu precision=bf16 engine=suite: FAILED"):
+                 "(host)", "device=cpu workers=0 loader=cpu precision=bf16 engine=suite: FAILED"):
         assert text in markdown and text.replace('"', "&quot;") in page
     assert "BUSY" in markdown and markdown.count("| quiet |") == 5
     # the host RAM figures in one order everywhere, the one to compare by first, and what each is
     assert "| data-wait | host anon MiB | host PSS MiB | host RSS MiB | device peak MiB |" in markdown
-    assert markdown.count("| 30% | 300 | 400 | 460 | 470 (host VmHWM) |") == 6
+    assert markdown.count("| 30% | 300 | 400 | 460 | 470 (host) |") == 6
     assert "Host RAM, peaks of the training process + its loader workers: anon = what they allocated" in markdown
 
 
@@ -267,11 +268,12 @@ def test_a_run_recorded_before_the_anonymous_figure_shows_a_dash_and_no_bar(tmp_
     """Folders from before ``host_ram_peak_pss_anon_bytes``: the figure is missing, never drawn or shown as 0."""
     store = ResultsStore.create(tmp_path / "out", MatrixInfo(name="m", workload="bridgetower", command=["suite"]))
     metrics = {k: v for k, v in _metrics(50.0).items() if k != "host_ram_peak_pss_anon_bytes"}
-    store.record(RunResult(config=BASE, status=FINISHED, run_uid="old", metrics=metrics))
+    store.record(RunResult(config=BASE, status=FINISHED, run_uid="old", metrics=metrics,  # and from before the flag
+                           facts={"device_peak_memory_source": "VmHWM of the training process (host memory)"}))
     store.finish(FINISHED, "")
     store.release()
     files = write_report(from_folder(tmp_path / "out", "bridgetower_hf_blog_2023"), tmp_path / "report")
-    assert "| 30% | - | 400 | 460 | 470 (host VmHWM) |" in files.markdown.read_text()
+    assert "| 30% | - | 400 | 460 | 470 (host) |" in files.markdown.read_text()
     import matplotlib
 
     matplotlib.use("Agg")
@@ -410,3 +412,29 @@ def test_the_report_says_what_was_measured_and_when_quality_is_at_chance_level(t
     assert worker_ticks(both) == ["0\ncpu", "2\ncpu", "2\ndevice"]
     assert worker_ticks(both[:2]) == ["0", "2"]
     assert grouped_bars("t", "t", both, "samples/s").png  # drawn
+
+
+def test_the_device_memory_caption_follows_the_record_never_the_device_name(tmp_path, recorded_matrix):
+    """Issue 48 (5): nothing above the devices names a device to caption its memory column; the record says whether
+    the device has memory of its own. A real CPU run records that it has not, in the folder and in MLflow; a record
+    of a device named "cpu" that says otherwise gets no caption, one named "cuda" that says so gets it."""
+    from suite.analysis.compare import rows_from_results
+    from suite.results.files import read_results_file
+    from suite.tracking.mlflow_gateway import MlflowGateway
+    from suite.tracking.reading import rows_from_mlflow
+
+    recorded = read_results_file(recorded_matrix / "results.json")
+    assert recorded and all(r.facts["device_peak_memory_is_host"] is True for r in recorded)
+    assert all(row.device_memory_is_host for row in rows_from_results(recorded))
+    gateway = MlflowGateway(f"sqlite:///{recorded_matrix.parent}/mlflow.db")
+    assert all(row.device_memory_is_host for row in rows_from_mlflow(gateway))
+    for device, is_host, caption in (("cpu", False, False), ("cuda", True, True)):
+        out = tmp_path / device
+        store = ResultsStore.create(out, MatrixInfo(name="m", workload="bridgetower", command=["suite"]))
+        store.record(RunResult(config=dataclasses.replace(BASE, device=device), status=FINISHED, run_uid=device,
+                               metrics=_metrics(50.0), facts={"device_peak_memory_is_host": is_host}))
+        store.finish(FINISHED, "")
+        store.release()
+        markdown = write_report(from_folder(out, None), tmp_path / f"report-{device}").markdown.read_text()
+        assert ("470 (host) |" in markdown) is caption
+        assert ("no memory of its own" in markdown) is caption

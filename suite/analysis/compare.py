@@ -27,6 +27,7 @@ from suite.figures import (
     THROUGHPUT_CI95_LOW,
     THROUGHPUT_CV,
     THROUGHPUT_SAMPLES_PER_S,
+    device_memory_is_host,
 )
 from suite.meters.contention import is_contended
 from suite.results.record import FINISHED, RunResult, bootstrap_mean_ci, distinct_runs
@@ -48,6 +49,9 @@ class Row:
     #: plateau / growing / inconclusive over its runs' measured windows, host and device (the worst of them);
     #: ``None`` where no run recorded one (see suite.analysis.memory_trend)
     memory_trend: str | None = None
+    #: its runs' device peak memory is the host's (the device has no memory of its own; see
+    #: suite.figures.device_memory_is_host)
+    device_memory_is_host: bool = False
 
     @property
     def config_id(self) -> str:
@@ -67,7 +71,7 @@ class Row:
 
     def as_dict(self) -> dict[str, Any]:
         return {"config_id": self.config_id, "label": self.label, "contended": self.contended,
-                "memory_trend": self.memory_trend,
+                "memory_trend": self.memory_trend, "device_memory_is_host": self.device_memory_is_host,
                 "config": self.config.to_dict(),
                 "metrics": self.metrics, "runs": self.runs, "unfinished_runs": self.unfinished_runs,
                 "aggregation": self.aggregation, "mlflow_run_ids": list(self.mlflow_run_ids),
@@ -83,6 +87,7 @@ class RowGroup:
     run_ids: list[str] = field(default_factory=list)
     parents: list[str] = field(default_factory=list)
     unfinished: int = 0
+    device_memory_is_host: bool = False
 
 
 def _sort_key(row: Row) -> tuple[Any, ...]:
@@ -114,7 +119,8 @@ def rows_of(groups: Iterable[RowGroup]) -> list[Row]:
         trend = memory_trend.worst(memory_trend.verdict_from_metrics(m, prefix) for m in group.metrics
                                    for prefix, _ in memory_trend.SERIES)
         rows.append(Row(group.config, merged, len(group.metrics), group.unfinished, tuple(group.run_ids),
-                        tuple(dict.fromkeys(group.parents)), aggregation, memory_trend=trend))
+                        tuple(dict.fromkeys(group.parents)), aggregation, memory_trend=trend,
+                        device_memory_is_host=group.device_memory_is_host))
     return sorted(rows, key=_sort_key)
 
 
@@ -128,6 +134,7 @@ def rows_from_results(results: Sequence[RunResult]) -> list[Row]:
             group.unfinished += 1
             continue
         group.metrics.append(dict(result.metrics))
+        group.device_memory_is_host |= device_memory_is_host(result.facts)
         if result.mlflow_run_id:
             group.run_ids.append(result.mlflow_run_id)
     return rows_of(groups.values())

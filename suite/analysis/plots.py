@@ -102,8 +102,8 @@ def plot(rows: Sequence[Row], directory: Path) -> list[Path]:
         device.plot(xs, [r.metrics.get(DEVICE_PEAK_MEMORY_BYTES, float("nan")) / MiB for r in members],
                     marker="o", label=name)
     finish_workers_axis(host, "Host RAM peak: training process + loader workers", "MiB", workers, 7)
-    on_cpu = any(r.config.device == "cpu" for r in rows)
-    finish_workers_axis(device, "Device peak memory" + ("\n(cpu: the training process's host RSS high-water mark)"
-                                                        if on_cpu else ""), "MiB", workers, 7)
+    on_host = any(r.device_memory_is_host for r in rows)
+    finish_workers_axis(device, "Device peak memory" + ("\n(no memory of its own: the training process's host peak)"
+                                                        if on_host else ""), "MiB", workers, 7)
     memory_png = _save(plt, fig, directory / "memory.png")
     return [throughput_png, memory_png]

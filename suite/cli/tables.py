@@ -11,15 +11,16 @@ from suite.analysis.host_ram_figures import HOST_RAM_FIGURES, HOST_RAM_NOTE
 from suite.analysis.scoring import ConfigScore
 from suite.cli.display import MiB, narrow, say, wide_console, wrapped
 from suite.config import ENGINE_NOTES
-from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.figures import (
     DATA_WAIT_FRACTION,
     DEVICE_PEAK_MEMORY_BYTES,
+    HOST_DEVICE_MEMORY_NOTE,
     STEP_TIME_P50_S,
     STEP_TIME_P99_S,
     THROUGHPUT_CI95_HIGH,
     THROUGHPUT_CI95_LOW,
     THROUGHPUT_SAMPLES_PER_S,
+    device_memory_is_host,
 )
 from suite.meters.contention import interference
 from suite.results.record import FINISHED, RunResult
@@ -101,8 +102,8 @@ def _print_results_blocks(results: Sequence[RunResult]) -> None:
 def _print_results_notes(results: Sequence[RunResult]) -> None:
     if any(r.status == FINISHED for r in results):
         say(HOST_RAM_NOTE)
-    if any(r.config.device == "cpu" for r in results):
-        say(DEVICE_MEMORY_NOTE)
+    if any(device_memory_is_host(r.facts) for r in results):
+        say(HOST_DEVICE_MEMORY_NOTE)
     for engine in sorted({r.config.engine for r in results} & set(ENGINE_NOTES)):
         say(ENGINE_NOTES[engine])
     finished = [r for r in results if r.status == FINISHED]
@@ -198,8 +199,8 @@ def print_compare_table(rows: Sequence[Any], base: Any, ratios: Sequence[float])
                       memory_trend.describe(row.memory_trend, m))
     wide_console().print(table)
     print(HOST_RAM_NOTE)
-    if any(row.config.device == "cpu" for row in rows):
-        print(DEVICE_MEMORY_NOTE)
+    if any(row.device_memory_is_host for row in rows):
+        print(HOST_DEVICE_MEMORY_NOTE)
     for engine in sorted({row.config.engine for row in rows} & set(ENGINE_NOTES)):
         print(ENGINE_NOTES[engine])
     if any(row.contended for row in rows):

@@ -17,9 +17,6 @@ from suite.devices.base import Availability, DeviceAdapter, DeviceTraits
 from suite.devices.interfaces import DeviceMemory, MemoryMeter, Numerics
 
 #: What "device peak memory" means on a CPU, said wherever the figure is shown (tables, plots, the report).
-DEVICE_MEMORY_NOTE = ("device peak on cpu: the training process's host RSS high-water mark (VmHWM), the same memory "
-                      "as the host figures; a CPU has no separate device memory")
-
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
@@ -68,7 +65,8 @@ class CPUMemory(MemoryMeter):
         hwm = _read_vm_hwm_bytes()
         if hwm is None or not self._hwm_resettable:
             return None
-        return DeviceMemory(peak_bytes=hwm, source="VmHWM of the training process (host memory)")
+        return DeviceMemory(peak_bytes=hwm, source="VmHWM of the training process (host memory)",
+                            host_memory=True)
 
 
 class CPUAdapter(DeviceAdapter):

@@ -166,12 +166,15 @@ class DeviceMemory:
 
     ``peak_bytes`` is the figure reported as ``device_peak_memory_bytes``; ``source`` names how it was
     read (e.g. ``torch.cuda.max_memory_allocated``). ``extra`` holds other views under distinct names
-    (e.g. the driver's), each in bytes.
+    (e.g. the driver's), each in bytes. ``host_memory`` is true where the device has no memory of its own and the
+    figure is the host's (a CPU: the same memory as the host RAM figures); readers caption it from the record's
+    ``device_peak_memory_is_host``, never from the device's name.
     """
 
     peak_bytes: int
     source: str
     extra: dict[str, int] = field(default_factory=dict)
+    host_memory: bool = False
 
 
 class MemoryMeter(ABC):

@@ -139,12 +139,12 @@ def memory_bars(rows: Sequence[Any], group_of: Callable[[Any], str]) -> Chart:
     tallest = max((r.metrics.get(k, 0.0) / MiB for r in rows for k, _ in HOST_RAM_FIGURES), default=1.0)
     host.set_ylim(0, tallest * 1.35 or 1)  # the legend sits above the tallest bar, never over it
     host.legend(fontsize=8, loc="upper left")
-    on_cpu = [r.config.device == "cpu" for r in rows]
+    on_host = [r.device_memory_is_host for r in rows]
     device.bar(xs, [r.metrics.get(DEVICE_PEAK_MEMORY_BYTES, 0.0) / MiB for r in rows],
-               color=["#bbbbbb" if cpu else "#dd8452" for cpu in on_cpu])
-    device.set_title("Device peak memory" + (" (cpu: host RSS high-water mark, VmHWM, of the training process; "
-                                             "no separate device memory)" if any(on_cpu) else ""),
-                     fontsize=9 if any(on_cpu) else 11, wrap=True)
+               color=["#bbbbbb" if host else "#dd8452" for host in on_host])
+    device.set_title("Device peak memory" + (" (grey: a device with no memory of its own, the training process's "
+                                             "host high-water mark)" if any(on_host) else ""),
+                     fontsize=9 if any(on_host) else 11, wrap=True)
     device.set_ylabel("MiB")
     for axis in (host, device):
         axis.set_xticks(xs, labels=labels, fontsize=7)

@@ -18,12 +18,12 @@ from suite.analysis.host_ram_figures import HOST_RAM_FIGURES, HOST_RAM_NOTE
 from suite.analysis.published import Alignment
 from suite.config import ENGINE_NOTES, param_text
 from suite.config.labels import LABEL_AXES
-from suite.devices.cpu import DEVICE_MEMORY_NOTE
 from suite.figures import (
     DATA_WAIT_FRACTION,
     DEVICE_DECODE_FALLBACKS,
     DEVICE_PEAK_MEMORY_BYTES,
     EVAL_SAMPLES,
+    HOST_DEVICE_MEMORY_NOTE,
     STEP_TIME_P50_S,
     STEP_TIME_P99_S,
     THROUGHPUT_CI95_HIGH,
@@ -80,8 +80,8 @@ def results_table(content: ReportContent) -> Table:
         interval = (f"{m['throughput_ci95_low']:.1f} - {m['throughput_ci95_high']:.1f}"
                     if THROUGHPUT_CI95_LOW in m and THROUGHPUT_CI95_HIGH in m else "-")
         device_memory = _mib(m, DEVICE_PEAK_MEMORY_BYTES)
-        if c.device == "cpu" and device_memory != "-":
-            device_memory += " (host VmHWM)"
+        if row.device_memory_is_host and device_memory != "-":
+            device_memory += " (host)"
         extra = [f"prefetch={c.prefetch_factor}"] if c.prefetch_factor is not None else []
         extra += [f"nproc={c.nproc_per_node}"] if c.nproc_per_node > 1 else []
         extra += [f"nodes={c.nnodes}"] if c.nnodes > 1 else []
@@ -156,8 +156,8 @@ def sections(content: ReportContent) -> list[Section]:
                        + ", ".join(r.label for r in content.contended)
                        + ": those figures are not the machine's (marked BUSY and hatched).")
     summary.append(HOST_RAM_NOTE[0].upper() + HOST_RAM_NOTE[1:] + ".")
-    if any(r.config.device == "cpu" for r in rows):
-        summary.append(DEVICE_MEMORY_NOTE[0].upper() + DEVICE_MEMORY_NOTE[1:] + ".")
+    if any(r.device_memory_is_host for r in rows):
+        summary.append(HOST_DEVICE_MEMORY_NOTE[0].upper() + HOST_DEVICE_MEMORY_NOTE[1:] + ".")
     for engine in sorted({r.config.engine for r in rows} & set(ENGINE_NOTES)):
         summary.append(ENGINE_NOTES[engine] + ".")
     if content.dataset_warning:

@@ -94,6 +94,7 @@ class TrainingSteps:
         if memory is not None:
             result.metrics[DEVICE_PEAK_MEMORY_BYTES] = float(memory.peak_bytes)
             result.facts["device_peak_memory_source"] = memory.source
+            result.facts["device_peak_memory_is_host"] = memory.host_memory
             for name, value in memory.extra.items():
                 result.metrics[f"device_{name}_bytes"] = float(value)
         return stats

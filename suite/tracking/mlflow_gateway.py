@@ -54,6 +54,7 @@ CONFIG_ID = "suite.config_id"
 STATUS = "suite.status"  # set once a configuration run is recorded completely
 REPEAT = "suite.repeat"
 COMMAND = "suite.command"
+DEVICE_MEMORY = "suite.device_memory"  # "host" where the device has no memory of its own
 
 #: MLflow's HTTP retry settings while the suite talks to a tracking server (at most ~30 s per outage).
 BOUNDED_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",

@@ -18,7 +18,15 @@ from suite.analysis.scoring import ConfigScore
 from suite.analysis.summary import summary_line
 from suite.config import RunConfig
 from suite.config.labels import short_labels
-from suite.figures import EVAL_TIME_S, LOSS, MATRIX_WALL_S, STEP_TIME_S, THROUGHPUT_CV, THROUGHPUT_SAMPLES_PER_S
+from suite.figures import (
+    EVAL_TIME_S,
+    LOSS,
+    MATRIX_WALL_S,
+    STEP_TIME_S,
+    THROUGHPUT_CV,
+    THROUGHPUT_SAMPLES_PER_S,
+    device_memory_is_host,
+)
 from suite.redact import redact_argv
 from suite.results.files import MatrixInfo, RunFiles
 from suite.results.record import RUNNING, RunResult
@@ -187,6 +195,8 @@ class MlflowRecorder(Recorder):
         if device_name:
             tags["device_name"] = device_name
         tags[tags_.STATUS] = result.status
+        if device_memory_is_host(result.facts):  # the readers' caption of its device memory column
+            tags[tags_.DEVICE_MEMORY] = "host"
         tags["loss_digest"] = result.loss_digest
         if result.reason:
             tags["failure_reason"] = result.reason[:5000]

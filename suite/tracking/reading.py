@@ -62,6 +62,7 @@ def rows_from_mlflow(gateway: MlflowGateway, run_id: str | None = None, experime
             group.unfinished += 1
             continue
         group.metrics.append(metrics)
+        group.device_memory_is_host |= run.data.tags.get(tags.DEVICE_MEMORY) == "host"
         group.run_ids.append(run.info.run_id)
         parent = _matrix_run_of(gateway, run)
         if parent:
