@@ -25,8 +25,35 @@ from typing import Any, Iterable, Mapping, Sequence
 
 
 @dataclass(frozen=True)
+class Witness:
+    """A second place in a results folder that holds a recorded value, or bounds it: the audit cross-examines every
+    figure and fact by the witnesses declared here (suite/audit/witnesses.py), so a figure declared with one is
+    checked from the day it is declared.
+
+    ``kind`` and what it says of the value:
+
+    - ``fact``: equals the fact at ``path`` (a copy, or the raw reading it was taken from);
+    - ``formula``: equals ``path``, a product or quotient of facts (``contention.others_cpu_s / contention.window_s``);
+    - ``config``: equals the configuration's field ``path`` (what was asked for, where nothing may change it);
+    - ``manifest``: equals the run manifest's entry ``path``;
+    - ``log``: equals the value of the last event ``path`` of the run's mlperf.log;
+    - ``last_evaluation``: equals its own name's value in the run's last held-out evaluation (``facts.evaluations``);
+    - ``count``: equals the number of entries of the fact at ``path``;
+    - ``peak_of``: at least every sample of the fact at ``path`` (a peak is never below a sample it covers);
+    - ``within``: a series, each element in [0, the same element of the fact at ``path``] (a wait inside its step);
+    - ``contention_rule``: the contended flag the rule gives the recorded shares.
+    """
+
+    kind: str
+    path: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}({self.path})" if self.path else self.kind
+
+
+@dataclass(frozen=True)
 class Figure:
-    """One metric: its name, unit, meaning, MLflow section and the values it can take."""
+    """One metric: its name, unit, meaning, MLflow section, the values it can take and its witnesses."""
 
     name: str
     unit: str  # "samples/s", "s", "B", "1" (a ratio or fraction), "count", "cores", "FLOP", "FLOP/s", "B/step"
@@ -37,6 +64,7 @@ class Figure:
     positive: bool = False  # strictly above ``minimum`` (a throughput, a time a step took: a divisor, never 0)
     compares: bool = False  # configurations are compared by it (tables, the report, suite compare)
     integer: bool = False  # a count: a whole number
+    witnesses: tuple[Witness, ...] = ()  # where else the folder holds or bounds it (see :class:`Witness`)
 
     def check(self, value: float) -> str | None:
         """Why ``value`` cannot be this figure's (``None`` when it can)."""
@@ -52,6 +80,7 @@ class Figure:
 
     def as_dict(self) -> dict[str, Any]:
         described = asdict(self)
+        described["witnesses"] = [str(w) for w in self.witnesses]
         for bound in ("minimum", "maximum"):
             if math.isinf(described[bound]):
                 described[bound] = None
@@ -71,7 +100,7 @@ class Family:
             return None
         return Figure(name, self.template.unit, self.template.description, self.template.group,
                       self.template.minimum, self.template.maximum, self.template.positive, self.template.compares,
-                      self.template.integer)
+                      self.template.integer, self.template.witnesses)
 
 
 def _f(name: str, unit: str, group: str, description: str, **bounds: Any) -> Figure:
@@ -129,13 +158,18 @@ _ABOVE_0 = {"minimum": 0.0, "positive": True}
 _FRACTION = {"minimum": 0.0, "maximum": 1.0}
 _COUNT = {"minimum": 0.0, "integer": True}
 
+
+def _cores(used: str) -> dict[str, Any]:
+    """Mean cores used over the measured window, from the CPU seconds the contention meter recorded."""
+    return {"minimum": 0.0, "witnesses": (Witness("formula", f"contention.{used} / contention.window_s"),)}
+
 #: The suite's own figures, in the order tables and ``suite metrics`` list them.
 FIGURES: tuple[Figure, ...] = (
     # throughput: the measured window
     _f(THROUGHPUT_SAMPLES_PER_S, "samples/s", "throughput",
        "samples trained per second over the measured steps (warm-up excluded; steps timed back to back on a "
        "synchronized clock); several runs of one configuration: their MLPerf-style score", compares=True,
-       **_ABOVE_0),
+       witnesses=(Witness("log", "throughput"),), **_ABOVE_0),
     _f(THROUGHPUT_CI95_LOW, "samples/s", "throughput",
        "lower end of the 95 % interval of the throughput (block bootstrap over the measured steps; over the runs "
        "where several are gathered)", **_ABOVE_0),
@@ -176,7 +210,8 @@ FIGURES: tuple[Figure, ...] = (
     # memory
     _f(DEVICE_PEAK_MEMORY_BYTES, "B", "memory",
        "peak device memory of the training process (the framework's allocator; on CPU the process's RSS "
-       "high-water mark)", compares=True, **_AT_LEAST_0),
+       "high-water mark)", compares=True, witnesses=(Witness("peak_of", "device_memory_samples.bytes"),),
+       **_AT_LEAST_0),
     _f(HOST_RAM_PEAK_PSS_ANON_BYTES, "B", "memory",
        "peak of the anonymous part of PSS (Pss_Anon + Pss_Shmem) over the training process and its loader workers: "
        "what they allocated; the host figure configurations are compared by", compares=True, **_AT_LEAST_0),
@@ -185,27 +220,34 @@ FIGURES: tuple[Figure, ...] = (
        "processes mapping them)", compares=True, **_AT_LEAST_0),
     _f(HOST_RAM_PEAK_RSS_BYTES, "B", "memory",
        "peak RSS summed over the training process and its loader workers (shared pages counted in every process)",
-       compares=True, **_AT_LEAST_0),
+       compares=True, witnesses=(Witness("peak_of", "host_memory_samples.bytes"),), **_AT_LEAST_0),
     # quality
-    _f(EVAL_SAMPLES, "count", "quality", "held-out samples scored at each evaluation", **_COUNT),
+    _f(EVAL_SAMPLES, "count", "quality", "held-out samples scored at each evaluation",
+       witnesses=(Witness("last_evaluation"),), **_COUNT),
     _f(EVAL_TIME_S, "s", "quality", "time spent evaluating, every evaluation of the run together", **_AT_LEAST_0),
-    _f(EVAL_COUNT, "count", "quality", "evaluations the run made", **_COUNT),
+    _f(EVAL_COUNT, "count", "quality", "evaluations the run made", witnesses=(Witness("count", "evaluations"),),
+       **_COUNT),
     _f(TIME_TO_TRAIN_S, "s", "quality", "from run_start to the evaluation that reached the quality target",
        **_AT_LEAST_0),
     _f(STEPS_TO_TARGET, "count", "quality", "training steps until the quality target was reached", **_COUNT),
     # where the cores went in the measured window
     _f(CONTENTION_OTHERS_CPU_SHARE, "1", "host",
-       "share of the machine's cores other processes used during the measured window", **_AT_LEAST_0),
-    _f(CONTENTION_STEAL_SHARE, "1", "host", "share of the cores the hypervisor stole during the measured window",
+       "share of the machine's cores other processes used during the measured window",
+       witnesses=(Witness("fact", "contention.others_share"),
+                  Witness("formula", "contention.others_cpu_s / contention.window_s / contention.cores")),
        **_AT_LEAST_0),
+    _f(CONTENTION_STEAL_SHARE, "1", "host", "share of the cores the hypervisor stole during the measured window",
+       witnesses=(Witness("fact", "contention.steal_share"),
+                  Witness("formula", "contention.steal_s / contention.window_s / contention.cores")), **_AT_LEAST_0),
     _f(CONTENTION_PAUSED_SHARE, "1", "host",
        "share of the measured window the training process did not run (stopped by SIGSTOP or Ctrl-Z, frozen, its VM "
-       "paused)", **_FRACTION),
+       "paused)", witnesses=(Witness("fact", "contention.paused_share"),), **_FRACTION),
     _f(HOST_CPU_CORES_TRAINER, "cores", "host", "cores the training process used (its decoder threads apart)",
-       **_AT_LEAST_0),
-    _f(HOST_CPU_CORES_DECODER_THREADS, "cores", "host", "cores the decoder's own threads used", **_AT_LEAST_0),
-    _f(HOST_CPU_CORES_LOADER_WORKERS, "cores", "host", "cores the loader workers used", **_AT_LEAST_0),
-    _f(HOST_CPU_CORES_OTHER, "cores", "host", "cores other processes used", **_AT_LEAST_0),
+       minimum=0.0),
+    _f(HOST_CPU_CORES_DECODER_THREADS, "cores", "host", "cores the decoder's own threads used",
+       **_cores("decoder_threads_cpu_s")),
+    _f(HOST_CPU_CORES_LOADER_WORKERS, "cores", "host", "cores the loader workers used", **_cores("workers_cpu_s")),
+    _f(HOST_CPU_CORES_OTHER, "cores", "host", "cores other processes used", **_cores("others_cpu_s")),
     _f(HOST_CORES_AVAILABLE, "cores", "host", "cores the configuration could use", **_ABOVE_0),
     _f(LOAD_AVERAGE_1M, "1", "host", "the kernel's one-minute load average at the window's end", **_AT_LEAST_0),
     # series: one value per step (MLflow's step)
@@ -243,7 +285,7 @@ FAMILIES: tuple[Family, ...] = (
                                           **_AT_LEAST_0)),
     Family(r"eval_[a-z0-9_]+", _f("eval_<figure>", "", "quality",
                                   "a held-out quality figure of the workload's evaluation (the workload declares "
-                                  "each: Workload.figures)")),
+                                  "each: Workload.figures)", witnesses=(Witness("last_evaluation"),))),
     Family(r"trainer_[A-Za-z0-9_]+", _f("trainer_<key>", "", "trainer",
                                         "a figure transformers' Trainer reports of itself (engine hf-trainer; all "
                                         "steps, warm-up and start-up included)")),
@@ -319,9 +361,10 @@ class Fact:
     types: tuple[str, ...]  # of "object", "array", "string", "number", "integer", "boolean", "null"
     description: str
     items: str | None = None  # an array's elements' type (a JSON type name; a number: finite)
+    witnesses: tuple[Witness, ...] = ()  # where else the folder holds or bounds it (see :class:`Witness`)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "witnesses": [str(w) for w in self.witnesses]}
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -330,26 +373,31 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _fact(path: str, types: str, description: str, items: str | None = None) -> Fact:
-    return Fact(path, tuple(types.split("|")), description, items)
+def _fact(path: str, types: str, description: str, items: str | None = None, *witnesses: Witness) -> Fact:
+    return Fact(path, tuple(types.split("|")), description, items, witnesses)
 
 
 #: The facts the suite's own readers look into, with the types they need (a workload's facts live under
 #: ``workload``). A record whose fact has another type does not fit the schema: the reader says so in one line.
 FACTS: tuple[Fact, ...] = (
     _fact("warmup_steps_excluded", "integer", "warm-up steps excluded from every figure"),
-    _fact("batch_size_used", "integer", "the per-device batch size of the batches the step received"),
-    _fact("global_batch_size", "integer", "samples per step over every rank"),
+    _fact("batch_size_used", "integer", "the per-device batch size of the batches the step received", None,
+          Witness("config", "batch_size"), Witness("manifest", "batch_size.used")),
+    _fact("global_batch_size", "integer", "samples per step over every rank", None,
+          Witness("formula", "batch_size_used * world_size"), Witness("log", "global_batch_size")),
     _fact("world_size", "integer", "processes training together (torchrun ranks)"),
     _fact("nodes", "integer", "nodes the configuration ran on"),
     _fact("precision_used", "string|null", "the precision the model's forward pass ran in, read from torch while "
-          "it ran (null: the workload did not observe it)"),
-    _fact("loader_used", "string|null", "the loader whose batches reached the step (observed)"),
+          "it ran (null: the workload did not observe it)", None,
+          Witness("config", "precision"), Witness("manifest", "precision.ran")),
+    _fact("loader_used", "string|null", "the loader whose batches reached the step (observed)", None,
+          Witness("manifest", "loader.ran")),
     _fact("num_workers_used", "integer|null", "loader worker processes that ran (observed)"),
     _fact("prefetch_factor_used", "integer|null", "batches each worker prepared ahead (observed)"),
     _fact("step_times_s", "array", "every measured step's time, s (the raw series the headlines derive from)",
           "number"),
-    _fact("data_wait_s", "array", "every measured step's wait for its batch, s", "number"),
+    _fact("data_wait_s", "array", "every measured step's wait for its batch, s", "number",
+          Witness("within", "step_times_s")),
     _fact("measured_window_monotonic_s", "array", "the measured window's start and end on the monotonic clock, s",
           "number"),
     _fact("decoder_builds_per_step", "array", "device decoder pipelines built on each step's clock", "number"),
@@ -361,8 +409,10 @@ FACTS: tuple[Fact, ...] = (
           "value), visible devices, driver and runtime versions"),
     _fact("workload", "object", "what the workload built: dataset, its fingerprint, tokenizer, weights, pipeline"),
     _fact("contention", "object", "where the cores went in the measured window, and whether others used them"),
-    _fact("contention.contended", "boolean", "other processes or the hypervisor took a noticeable share of the cores"),
-    _fact("contention.others_share", "number", "share of the cores other processes used"),
+    _fact("contention.contended", "boolean", "other processes or the hypervisor took a noticeable share of the cores",
+          None, Witness("contention_rule")),
+    _fact("contention.others_share", "number", "share of the cores other processes used", None,
+          Witness("formula", "contention.others_cpu_s / contention.window_s / contention.cores")),
     _fact("run_params", "object", "the device's run settings recorded as MLflow params (run.<name>)"),
     _fact("submission", "object", "MLPerf submission disclosures"),
     _fact("cache_clear", "object", "whether the page cache was dropped before the run, and how"),

@@ -11,6 +11,10 @@ records, re-runs every configuration from its manifest alone, and gives a verdic
   results.json's: a hand edit or a bug is "record inconsistent" (FAIL);
 * ``memory_trend``: the memory trend (verdict, growth and interval, host and device) is what the run's stored
   memory samples give when fitted again; a record without them is INCONCLUSIVE;
+* ``witnesses``: every figure and fact against the witnesses the catalogue of figures declares for it (a copy in
+  mlperf.log, the manifest or another fact, the raw readings it derives from, a physical bound) and the whole record
+  against its run folder's own result.json (:mod:`suite.audit.witnesses`): any disagreement is FAIL;
+* ``listing`` (the matrix): no run listed twice, every run folder's record listed;
 * ``batch_size``: the batch size logged is the batch size used;
 * ``warmup_accounting``: every configuration excluded the same warm-up steps;
 * ``loader``: the loader, worker count and prefetch factor observed while it ran (the built pipeline, the
@@ -32,7 +36,7 @@ verdict: FAIL when any check fails, else INCONCLUSIVE when any is inconclusive, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,14 +60,16 @@ from suite.audit.verdicts import (
     WARN,
     AuditReport,
     Check,
-    _verdicts_by_check,
+    verdicts_by_check,
 )
+from suite.audit.witnesses import Evidence, check_listing, check_witnesses
 from suite.errors import ConfigError, SuiteError
 from suite.results.manifest import config_from_manifest
 from suite.results.record import FINISHED, RUNNING, RunResult
 from suite.results.store import ResultsStore
 from suite.run.launch import launch
 from suite.tracking.reading import matrix_records
+from suite.workload import catalogue_of
 
 if TYPE_CHECKING:
     from suite.run.launch import Progress
@@ -78,6 +84,10 @@ class Recorded:
     scores: list[dict[str, Any]]
     #: why the records are not a whole matrix (still running, or left RUNNING by a runner that died); "" when whole
     incomplete: str = ""
+    #: what else the folder holds of each run (its log, its run folder's copy), in the order of ``results``
+    evidence: list[Evidence] = field(default_factory=list)
+    #: the matrix's listing against its run folders (see :func:`check_listing`); ``None`` for an MLflow run
+    listing: Check | None = None
 
 
 def load_directory(target: Path) -> Recorded:
@@ -99,7 +109,18 @@ def load_directory(target: Path) -> Recorded:
                       "audit it when it has ended" if store.in_use() else
                       f"the matrix was left RUNNING by a runner that is gone: its records may be incomplete; run "
                       f"suite recover {target} first")
-    return Recorded(results, manifests, store.scores(), incomplete)
+    evidence = []
+    for result, manifest in zip(results, manifests, strict=True):
+        log = store.mlperf_log_of(result)
+        try:
+            copy = store.folder_record_of(result)
+        except (SuiteError, ValueError) as exc:  # an unreadable copy is a witness that contradicts: said by the check
+            copy, unreadable = None, str(exc)
+        else:
+            unreadable = ""
+        evidence.append(Evidence(result, manifest, log if log is not None and log.is_file() else None,
+                                 None if copy is None else copy.to_dict(), unreadable_copy=unreadable))
+    return Recorded(results, manifests, store.scores(), incomplete, evidence, check_listing(store, results))
 
 
 def load_mlflow_run(gateway: MlflowGateway, run_id: str) -> Recorded:
@@ -131,6 +152,8 @@ def _audit_records(recorded: Recorded, target: str, store: ResultsStore | None, 
     report = AuditReport(target=target, audited_run_ids=[r.mlflow_run_id for r in recorded.results if r.mlflow_run_id])
     if recorded.incomplete:
         report.checks.append(Check("matrix", "complete", INCONCLUSIVE, recorded.incomplete))
+    if recorded.listing is not None:
+        report.checks.append(recorded.listing)
     computed: dict[tuple[Any, ...], dict[str, str]] = {}
     for result, manifest in zip(recorded.results, recorded.manifests, strict=True):
         config = result.config
@@ -138,6 +161,8 @@ def _audit_records(recorded: Recorded, target: str, store: ResultsStore | None, 
         report.checks.append(check_config(subject, result.config.to_dict(), manifest))
         report.checks.append(check_record_consistency(subject, result, manifest))
         report.checks.append(check_memory_trend(subject, result))
+        evidence = next((e for e in recorded.evidence if e.result is result), Evidence(result, manifest))
+        report.checks.append(check_witnesses(subject, evidence, catalogue_of(config.workload)))
         if not rerun and result.status == FINISHED:
             report.checks.append(check_inputs_now(subject, config, manifest, computed))
     report.checks += record_checks([record_of(r, m) for r, m in zip(recorded.results, recorded.manifests, strict=True)])
@@ -182,4 +207,4 @@ def log_audit_to_mlflow(report: AuditReport, gateway: MlflowGateway, experiment:
     from suite.tracking.side_runs import log_audit
 
     counts = {v: sum(c.verdict == v for c in report.checks) for v in (PASS, FAIL, INCONCLUSIVE, WARN, SKIP)}
-    return log_audit(gateway, experiment, report, counts, _verdicts_by_check(report.checks), artifact)
+    return log_audit(gateway, experiment, report, counts, verdicts_by_check(report.checks), artifact)

@@ -66,7 +66,7 @@ class Record:
     prefetch_observed: bool = False  # whether the prefetch factor that ran was recorded
 
 
-def _verdicts_by_check(checks: Sequence[Check]) -> dict[str, str]:
+def verdicts_by_check(checks: Sequence[Check]) -> dict[str, str]:
     """Each check's verdict over its subjects: FAIL if any failed, else INCONCLUSIVE if any, else PASS / WARN / SKIP."""
     order = (FAIL, INCONCLUSIVE, WARN, PASS, SKIP)
     verdicts: dict[str, str] = {}

@@ -288,6 +288,15 @@ class ResultsStore:
         folder = self.run_folder(result)
         return None if folder is None else RunFiles(self.root, folder.name).mllog
 
+    def folder_record_of(self, result: RunResult) -> RunResult | None:
+        """The run folder's own copy of the run's record (``runs/<name>/result.json``): ``None`` where the run has no
+        folder or the folder no copy; an unreadable copy raises as :meth:`runs_on_disk` does."""
+        folder = self.run_folder(result)
+        if folder is None:
+            return None
+        files = RunFiles(self.root, folder.name)
+        return validate_result(read_json(files.result), str(files.result)) if files.result.is_file() else None
+
     def runs_on_disk(self) -> Iterator[tuple[RunFiles, RunResult | None, dict[str, Any] | None]]:
         """Every ``runs/<name>/`` folder with its result.json (validated; ``None`` if absent) and run.json."""
         runs = self.root / RUNS_DIR

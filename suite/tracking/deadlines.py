@@ -30,7 +30,7 @@ def call_deadline_s() -> float:
     return value
 
 
-class _Deadlined:
+class Deadlined:
     """An ``MlflowClient`` whose every method runs in a daemon thread of its own and is abandoned after its deadline
     (``threading`` rather than a pool: a call that never returns must not hold a pool's worker, nor the interpreter's
     exit). A missed deadline, or MLflow's own HTTP read timeouts, give the store up: every later call raises

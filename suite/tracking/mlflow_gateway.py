@@ -6,7 +6,7 @@ only when the gateway connects (:func:`mlflow_missing` says whether it can).
   concurrent writers wait for each other instead of failing.
 * HTTP requests retry a bounded number of times (:data:`BOUNDED_RETRIES`, MLflow's own environment settings;
   a value the user set wins), so a dead tracking server costs seconds, not MLflow's default minutes.
-* Every call has a deadline (:class:`_Deadlined`): a store that stops answering in the middle of a call (a stopped
+* Every call has a deadline (:class:`Deadlined`): a store that stops answering in the middle of a call (a stopped
   PostgreSQL server: its client library has no read timeout, the call waited for ever) costs at most
   :data:`CALL_DEADLINE_S`; the store is then given up for the rest of the process (every later call fails at
   once, saying why) and the results folder keeps everything for ``suite upload``.
@@ -28,7 +28,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence, overload
 from suite.config import param_text
 from suite.errors import SuiteError
 from suite.redact import redact_uri
-from suite.tracking.deadlines import _Deadlined
+from suite.tracking.deadlines import Deadlined
 from suite.tracking.stores import (
     artifact_location,
     default_tracking_uri,
@@ -100,7 +100,7 @@ class MlflowGateway:
             database = sqlite_path(self._uri)
             if database is not None:
                 initialise_sqlite(self._uri, database)
-            self._client = _Deadlined(MlflowClient(tracking_uri=self._uri), self.tracking_uri)
+            self._client = Deadlined(MlflowClient(tracking_uri=self._uri), self.tracking_uri)
         return self._client
 
     # --- experiments -----------------------------------------------------------------------------------
@@ -212,7 +212,7 @@ class MlflowGateway:
             return {}
         durations: dict[str, list[float]] = {}
         try:
-            client = self._client or _Deadlined(MlflowClient(tracking_uri=self._uri), self.tracking_uri)  # no init
+            client = self._client or Deadlined(MlflowClient(tracking_uri=self._uri), self.tracking_uri)  # no init
             experiments = [e.experiment_id for e in client.search_experiments()]
             for config_id in config_ids:
                 runs = client.search_runs(experiments, f"tags.`{CONFIG_ID}` = '{config_id}' and "
@@ -235,7 +235,7 @@ class MlflowGateway:
             return []
         overheads = []
         try:
-            client = self._client or _Deadlined(MlflowClient(tracking_uri=self._uri), self.tracking_uri)
+            client = self._client or Deadlined(MlflowClient(tracking_uri=self._uri), self.tracking_uri)
             experiments = [e.experiment_id for e in client.search_experiments()]
             matrices = client.search_runs(experiments, f"tags.`{ROLE}` = 'matrix' and attributes.status = 'FINISHED'",
                                           max_results=limit, order_by=["attributes.start_time DESC"])

@@ -16,15 +16,16 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from suite.figures import Figure
+from suite.figures import Figure, Witness
 
 RECALL_KS = (1, 5)
 #: The figures an evaluation records (:func:`retrieval_recall`), declared for the suite's catalogue.
 QUALITY_FIGURES = (
     Figure("eval_accuracy", "1", "the mean of text-to-image and image-to-text recall@1 over the held-out pairs "
-           "(ties count against the model): what --target-quality is compared with", "quality", 0.0, 1.0),
+           "(ties count against the model): what --target-quality is compared with", "quality", 0.0, 1.0,
+           witnesses=(Witness("last_evaluation"), Witness("log", "eval_accuracy"))),
     *(Figure(f"eval_recall_at_{k}_{direction}", "1", f"share of the held-out {asked} whose own {answer} ranks among "
-             f"the {k} {answer}s most similar to it", "quality", 0.0, 1.0)
+             f"the {k} {answer}s most similar to it", "quality", 0.0, 1.0, witnesses=(Witness("last_evaluation"),))
       for direction, asked, answer in (("text_to_image", "captions", "image"), ("image_to_text", "images", "caption"))
       for k in RECALL_KS),
 )
