@@ -120,7 +120,8 @@ def load_directory(target: Path) -> Recorded:
             unreadable = ""
         evidence.append(Evidence(result, manifest, log if log is not None and log.is_file() else None,
                                  None if copy is None else copy.to_dict(), unreadable_copy=unreadable))
-    return Recorded(results, manifests, store.scores(), incomplete, evidence, check_listing(store, results))
+    return Recorded(results, manifests, store.scores(), incomplete, evidence,
+                    check_listing(store, results, ended=not incomplete))
 
 
 def load_mlflow_run(gateway: MlflowGateway, run_id: str) -> Recorded:

@@ -220,22 +220,26 @@ def check_witnesses(subject: str, evidence: Evidence, catalogue: Catalogue) -> C
                  f"{len(questioned)} figures and facts heard by {heard} witnesses (no copy in a run folder)")
 
 
-def check_listing(store: ResultsStore, results: Sequence[RunResult]) -> Check:
+def check_listing(store: ResultsStore, results: Sequence[RunResult], ended: bool = True) -> Check:
     """results.json's runs against the run folders beside it: a run listed twice (one run_uid), a run folder whose
     record results.json does not list (a configuration deleted from the listing) FAIL; a listed run whose folder is
-    gone cannot be cross-examined (INCONCLUSIVE)."""
+    gone cannot be cross-examined (INCONCLUSIVE). A matrix that has not ended (``ended`` false) may hold a run its
+    runner has not listed yet: an unlisted run folder is INCONCLUSIVE there."""
     counts = Counter(r.run_uid for r in results if r.run_uid)
     problems = [f"run {uid} is listed {n} times" for uid, n in sorted(counts.items()) if n > 1]
-    unreadable: list[str] = []
+    unlisted: list[str] = []
     try:
         on_disk = list(store.runs_on_disk())
     except (SuiteError, ValueError) as exc:
-        on_disk, unreadable = [], [str(exc)]
+        on_disk = []
+        problems.append(f"a run folder cannot be read: {exc}")
     for files, record, _ in on_disk:
         if record is not None and record.run_uid and record.run_uid not in counts:
-            problems.append(f"runs/{files.folder.name} holds run {record.run_uid} ({record.status}), which "
+            unlisted.append(f"runs/{files.folder.name} holds run {record.run_uid} ({record.status}), which "
                             "results.json does not list")
-    problems += [f"a run folder cannot be read: {reason}" for reason in unreadable]
+    if not ended and unlisted and not problems:
+        return Check("matrix", "listing", INCONCLUSIVE, "the matrix has not ended: " + "; ".join(unlisted[:4]))
+    problems += unlisted
     if problems:
         return Check("matrix", "listing", FAIL, "record inconsistent: " + "; ".join(problems[:8])
                      + (f" and {len(problems) - 8} more" if len(problems) > 8 else ""))
