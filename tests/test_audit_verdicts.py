@@ -213,8 +213,11 @@ def test_an_edited_headline_fails_the_audit(recorded, tmp_path):
     (copy / "results.json").write_text(json.dumps(data))
     code, report = _audit(copy, tmp_path, uri, "--no-rerun")
     assert code == 1 and report["verdict"] == FAIL
-    [failed] = [c for c in report["checks"] if c["verdict"] == FAIL]
-    assert failed["name"] == "record" and "record inconsistent: throughput_samples_per_s" in failed["detail"]
+    failed = {c["name"]: c["detail"] for c in report["checks"] if c["verdict"] == FAIL}
+    assert set(failed) == {"record", "witnesses"}, failed  # issue 49: the log and the run folder's copy disagree too
+    assert "record inconsistent: throughput_samples_per_s" in failed["record"]
+    assert "but mlperf.log's throughput says" in failed["witnesses"]
+    assert "results.json and the run folder's result.json differ on metrics" in failed["witnesses"]
 
 
 @pytest.mark.e2e
@@ -232,10 +235,11 @@ def test_an_edited_memory_verdict_fails_the_audit(recorded, tmp_path):
     (copy / "results.json").write_text(json.dumps(data))
     code, report = _audit(copy, tmp_path, uri, "--no-rerun")
     assert code == 1 and report["verdict"] == FAIL
-    [failed] = [c for c in report["checks"] if c["verdict"] == FAIL]
-    assert failed["name"] == "memory_trend", failed
-    assert f"host memory trend is '{edited}' but its" in failed["detail"]
-    assert f"memory_trend is '{edited}' but the refitted series give '{was}'" in failed["detail"]
+    failed = {c["name"]: c["detail"] for c in report["checks"] if c["verdict"] == FAIL}
+    assert set(failed) == {"memory_trend", "witnesses"}, failed  # and the run folder's copy (issue 49)
+    assert f"host memory trend is '{edited}' but its" in failed["memory_trend"]
+    assert f"memory_trend is '{edited}' but the refitted series give '{was}'" in failed["memory_trend"]
+    assert "differ on metrics, facts.host_memory_trend, facts.memory_trend" in failed["witnesses"]
 
 
 @pytest.mark.e2e

@@ -360,7 +360,10 @@ def test_audit_of_an_mlflow_run_flags_a_tampered_batch_size(matrix_run, tmp_path
     failed = [(c["name"], c["detail"]) for c in report["checks"] if c["verdict"] == "FAIL"]
     assert failed[0] == ("config", "manifest and results.json differ: batch_size: results.json 16, manifest 8")
     assert failed[1][0] == "record" and "stored step times and batch 16 give" in failed[1][1]  # headlines, batch 8
-    assert failed[2:] == [("batch_size", "logged 16 but used 8")]
+    assert failed[2][0] == "witnesses"  # issue 49: what ran, and the run folder's own copy, say 8
+    assert "batch_size_used is 8 but the configuration's batch_size says 16" in failed[2][1]
+    assert "results.json and the run folder's result.json differ on config" in failed[2][1]
+    assert failed[3:] == [("batch_size", "logged 16 but used 8")]
 
 
 @pytest.mark.mechanics
