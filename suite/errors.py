@@ -29,5 +29,14 @@ class ResultsFolderError(SuiteError):
     invalid. The message names the file and what is wrong."""
 
 
+class RecordEdited(ResultsFolderError):
+    """A run record whose own parts contradict each other (its losses and their digest): edited by hand or corrupted.
+    Readers refuse it as any unusable folder; ``suite audit`` calls it what it is, a FAIL."""
+
+
+class LossDigestMismatch(ValueError):
+    """:meth:`suite.results.record.RunResult.from_dict`: the recorded losses do not give the recorded digest."""
+
+
 class RecordingError(SuiteError):
     """A result could not be persisted (e.g. the disk is full). The result itself is kept in memory."""

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import suite.cli.options as options
+from suite.analysis.equivalence import FAIL
 from suite.audit import loaders as loader_audit
 from suite.audit.loaders import LoaderAudit
 from suite.audit.record_checks import audit_reference
-from suite.audit.verdicts import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE
+from suite.audit.verdicts import DEFAULT_LOSS_RTOL, DEFAULT_THROUGHPUT_TOLERANCE, AuditReport, Check
 from suite.cli.display import PlainProgress, RichProgress, stamp, warn_unusable
 from suite.cli.tables import print_checks
-from suite.errors import ConfigError, SuiteError
+from suite.errors import ConfigError, RecordEdited, SuiteError
 from suite.fileio import dumps_json
 from suite.redact import redact_argv
 from suite.results.files import AUDIT_FILE, MatrixInfo
@@ -85,6 +86,14 @@ def _load_recorded(target: str, gateway: MlflowGateway) -> Any:
     return load_mlflow_run(gateway, target)
 
 
+def _workload_of(folder: Path) -> str:
+    """The workload a results folder's matrix.json names (its records could not be read)."""
+    try:
+        return ResultsStore(folder).matrix().workload
+    except SuiteError:
+        return "unknown"
+
+
 def _loader_audit(args: argparse.Namespace) -> Any:
     if not args.loaders:
         return None
@@ -112,9 +121,14 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print_checks(report)
         return report.exit_status
     gateway = MlflowGateway(args.tracking_uri)
-    recorded = _load_recorded(args.target, gateway)
-    warn_unusable(recorded.results, args.target)
-    workload = recorded.results[0].config.workload
+    try:
+        recorded = _load_recorded(args.target, gateway)
+    except RecordEdited as exc:  # issue 49: a record contradicting itself is a forgery or a corruption: FAIL
+        recorded, edited = None, AuditReport(args.target, [Check("matrix", "record", FAIL,
+                                                                 f"record inconsistent: {exc}")])
+    if recorded is not None:
+        warn_unusable(recorded.results, args.target)
+    workload = recorded.results[0].config.workload if recorded is not None else _workload_of(target)
     output = args.output or Path("suite-results") / f"audit-{stamp()}"
     store = ResultsStore.create(output, MatrixInfo(name=f"audit-{stamp()}", workload=workload, kind="audit",
                                                    command=["suite", *redact_argv(argv)],
@@ -122,10 +136,13 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
     try:
         # progress bars only for what runs: --no-rerun runs nothing (its bars stayed empty)
         display = PlainProgress() if args.no_progress or args.no_rerun else RichProgress(len(recorded.results))
-        with display:
-            report = audit_recorded(recorded, args.target, store, rerun=not args.no_rerun, loss_rtol=args.loss_rtol,
-                                    throughput_tolerance=args.throughput_tolerance, progress=display,
-                                    loaders=_loader_audit(args))
+        if recorded is None:
+            report = edited
+        else:
+            with display:
+                report = audit_recorded(recorded, args.target, store, rerun=not args.no_rerun,
+                                        loss_rtol=args.loss_rtol, throughput_tolerance=args.throughput_tolerance,
+                                        progress=display, loaders=_loader_audit(args))
         audit_file = store.write_json(AUDIT_FILE, {**report.as_dict(),
                                                      "throughput_tolerance": args.throughput_tolerance})
         store.finish("FINISHED", None if report.passed else f"audit verdict {report.verdict}")

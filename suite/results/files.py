@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from suite.config import RunConfig
-from suite.errors import ConfigError, RecordingError, ResultsFolderError
+from suite.errors import ConfigError, LossDigestMismatch, RecordEdited, RecordingError, ResultsFolderError
 from suite.fileio import loads_bounded, read_record_text, write_json_atomic
 from suite.results.manifest import COMPLETE
 from suite.results.record import END_STATUSES, RUNNING, RunResult, timestamp_problem
@@ -193,6 +193,8 @@ def validate_result(data: Any, where: str) -> RunResult:
         result = RunResult.from_dict(data)
     except ConfigError as exc:
         raise ResultsFolderError(f"{where}: config: {exc}") from None
+    except LossDigestMismatch as exc:
+        raise RecordEdited(f"{where}: {exc}") from None
     except (ValueError, TypeError) as exc:
         raise ResultsFolderError(f"{where}: {exc}") from None
     return result

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from suite.config import RunConfig
+from suite.errors import LossDigestMismatch
 from suite.figures import (
     DATA_WAIT_FRACTION,
     MEASURED_STEPS,
@@ -315,7 +316,8 @@ class RunResult:
         data["config"] = RunConfig.from_dict(data["config"])  # a ConfigError (a ValueError) names the field
         result = cls(**data)
         if digest is not None and digest != result.loss_digest:
-            raise ValueError("loss_digest does not match the recorded losses: the record is corrupt or edited")
+            raise LossDigestMismatch("loss_digest does not match the recorded losses: the record is corrupt or "
+                                     "edited")
         return result
 
 
