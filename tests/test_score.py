@@ -2,6 +2,7 @@
 checked against MLCommons' own functions (mlperf-logging's result summarizer and RCP checker); the command on real
 runs, from results folders and from MLflow, with a full set, too few runs and a partial set of logs."""
 
+import dataclasses
 import random
 import statistics
 
@@ -61,6 +62,18 @@ def test_five_runs_score_and_fewer_do_not():
     assert score.rcp_verdict.startswith("NOT CHECKED")
     short = score_runs(_runs([1.0, 2.0, 3.0, 4.0], [500] * 4), None)
     assert short.minutes is None and short.problems == ("4 scorable run(s) of the 5 the rules require",)
+
+
+def test_runs_of_one_seed_are_not_five_runs():
+    """Issue 49: five re-runs of seed 42 (distinct records, one seed) were scored as "olympic average of 5 runs".
+    MLPerf's runs each have their own seed."""
+    runs = [dataclasses.replace(run, seed=42) for run in _runs([5.0, 1.0, 3.0, 2.0, 4.0], [500] * 5)]
+    score = score_runs(runs, None)
+    assert score.minutes is None and score.problems == ("5 runs share seed(s) 42: MLPerf scores runs of distinct "
+                                                         "seeds",)
+    two = score_runs([*_runs([5.0, 1.0, 3.0, 2.0], [500] * 4), dataclasses.replace(_runs([4.0], [500])[0], seed=3)],
+                     None)
+    assert two.minutes is None and two.problems[0].startswith("2 runs share seed(s) 3")
 
 
 def test_one_run_may_miss_the_target_two_may_not():

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -119,6 +120,11 @@ def score_runs(runs: Sequence[RunScore], rcp: Rcp | None, rcp_missing: str = "no
     usable = [r for r in runs if r.problem is None]
     converged = [r for r in usable if r.converged and r.minutes is not None]
     problems = [f"{r.label}: {r.problem}" for r in runs if r.problem is not None]
+    seeds = Counter(r.seed for r in usable)
+    shared = sorted(seed for seed, count in seeds.items() if count > 1)
+    if shared:  # one seed run twice is one run's chance counted twice (issue 49)
+        problems.append(f"{sum(seeds[seed] for seed in shared)} runs share seed(s) {', '.join(map(str, shared))}: "
+                        "MLPerf scores runs of distinct seeds")
     if len(usable) < required:
         problems.append(f"{len(usable)} scorable run(s) of the {required} the rules require")
     not_converged = len(usable) - len(converged)
