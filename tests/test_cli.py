@@ -143,3 +143,23 @@ def test_a_misspelt_option_is_refused_by_its_command_with_the_likely_one(capsys)
     with pytest.raises(SystemExit):
         main(["run", "--dataset-whatever", "x"])
     assert "unrecognized arguments: --dataset-whatever x" in capsys.readouterr().err  # no likely one: none named
+
+
+def test_a_refusal_is_the_usage_line_and_the_error_and_help_is_plain_text(capsys):
+    """Issue 51 (10): argparse's refusal of one bad value came after `suite run`'s 22-line usage block; help showed
+    the help strings' Markdown backticks."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--workers", "x"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 2, err
+    assert err[0] == "usage: suite run [options]  (suite run --help: every option)"
+    assert err[1].startswith("suite run: error: argument --workers")
+    with pytest.raises(SystemExit) as exit_:
+        main(["audit", "--bogus"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and err[0].startswith("usage: suite audit [options] TARGET") and len(err) == 2
+    for argv in (["--help"], ["run", "--help"], ["audit", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        out = capsys.readouterr().out
+        assert "usage: suite" in out and "`" not in out

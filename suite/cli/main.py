@@ -6,7 +6,7 @@ import argparse
 import difflib
 import signal
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from suite.cli import audit, benches, export, inspect, measure, mlperf, records, score
 from suite.errors import SuiteError
@@ -23,10 +23,29 @@ left and record a folder into MLflow."""
 MEASURING = ("run", "tune")
 
 
+class SuiteParser(argparse.ArgumentParser):
+    """argparse's parser, as the suite's commands answer: a refusal is the command's short usage line and the error
+    (argparse's own usage of ``suite run`` is 22 lines before the one that matters), and help is plain text (the
+    help strings' Markdown backticks left out)."""
+
+    def short_usage(self) -> str:
+        positionals = [action for action in self._actions if not action.option_strings
+                       and action.help is not argparse.SUPPRESS]
+        names = " ".join(action.metavar if isinstance(action.metavar, str) else action.dest.upper()
+                         for action in positionals)
+        return f"usage: {self.prog} [options]{' ' + names if names else ''}  ({self.prog} --help: every option)"
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.short_usage()}\n{self.prog}: error: {message}\n")
+
+    def format_help(self) -> str:
+        return super().format_help().replace("`", "")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The CLI parser."""
-    parser = argparse.ArgumentParser(prog="suite", description=DESCRIPTION, allow_abbrev=False,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The CLI parser (its commands' parsers are :class:`SuiteParser` too: argparse makes them of its class)."""
+    parser = SuiteParser(prog="suite", description=DESCRIPTION, allow_abbrev=False,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     measure.add_parsers(sub)
