@@ -20,9 +20,11 @@ def test_bridgetower_tiny_cpu(suite_benchmark, workers):
 
 
 def test_default_matrix_set_up_and_wall_time(benchmark, tmp_path):
-    """The default matrix through `suite run` once: its wall time, the share inside warm-up + measured windows
-    (goal >= 0.6, recorded; 0.31-0.35 on the 2-core CI machine, 2026-12-06) and each configuration's first-step latency (goal <= 3 s
-    after the first configuration, asserted)."""
+    """The default matrix through `suite run` once: its wall time (the benchmark's figure, which
+    `--benchmark-compare-fail` gates), the share inside warm-up + measured windows (goal >= 0.6; 0.31-0.35 on the
+    2-core CI machine, 2026-12-06) and each configuration's first-step latency (goal <= 3 s after the first
+    configuration), both recorded in the benchmark's extra_info, never asserted: a slow or busy host is not a
+    failure of the code, a regression against a saved run is."""
     import json
 
     from suite.cli import main
@@ -35,5 +37,5 @@ def test_default_matrix_set_up_and_wall_time(benchmark, tmp_path):
     timing = json.loads((tmp_path / "out" / "matrix.json").read_text())["timing"]
     runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
     firsts = [r["metrics"]["setup_first_step_s"] for r in runs]
-    benchmark.extra_info.update(timing, in_window_goal=0.6, first_step_s=firsts, first_step_goal_s=3.0)
-    assert max(firsts[1:]) <= 3.0, firsts
+    benchmark.extra_info.update(timing, in_window_goal=0.6, first_step_s=firsts, first_step_goal_s=3.0,
+                                first_step_goal_met=max(firsts[1:], default=0.0) <= 3.0)
