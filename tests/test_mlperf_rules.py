@@ -51,7 +51,7 @@ def _readme_command() -> str:
 
 
 def _run_as_printed(log: Path, cwd: Path) -> subprocess.CompletedProcess:
-    command = _readme_command().replace("RESULTS/runs/<id>/mlperf.log", str(log))
+    command = _readme_command().replace("RESULTS/runs/<id>/", f"{log.parent}/")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
@@ -62,6 +62,8 @@ def test_the_readme_command_passes_a_time_to_train_run_from_any_directory(logs, 
     assert proc.returncode == 0 and "SUCCESS" in output, output
     assert "open_bridgetower.yaml" in output  # the benchmark's file was chained
     assert '"status": "success"' in logs["time_to_train"].read_text()
+    # the checker's own log goes beside the run's, not into whatever directory the user stood in (issue 51.10)
+    assert list(tmp_path.iterdir()) == [] and (logs["time_to_train"].parent / "compliance_checker.log").is_file()
 
 
 def test_a_throughput_run_is_compliant_and_never_a_success(logs, tmp_path):
