@@ -83,3 +83,30 @@ def test_a_stopped_configuration_is_said_stopped_not_blamed_on_other_work():
     sentence = explain(0, metrics)
     assert "did not run for 55% of its measured window (stopped" in sentence
     assert "other processes" not in sentence and "other work" not in sentence
+
+
+@pytest.mark.e2e
+def test_a_piped_run_says_each_configuration_as_it_happens(tmp_path):
+    """Issue 51 (9): piped into a file or a CI log, a run printed nothing until its end (rich's live display cannot
+    redraw there). Without a terminal each configuration's start and result is a line when it happens: the first
+    configuration's result arrives while the run goes on, before the second starts."""
+    proc = subprocess.Popen([sys.executable, "-m", "suite", "run", "--workers", "0,1", "--steps", "2",
+                             "--warmup-steps", "0", "--system-metrics-interval", "0", "--output", str(tmp_path / "out"),
+                             "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = []
+        for line in proc.stderr:
+            seen.append((line.strip(), proc.poll()))
+            if line.startswith("[2/2]"):
+                break
+        proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, seen
+    lines = [text for text, _ in seen]
+    first = next(i for i, text in enumerate(lines) if text.startswith("[1/2]"))
+    result = next(i for i, text in enumerate(lines) if "samples/s" in text)  # the first one's result (wrapped)
+    assert first < result < len(lines) - 1 and lines[-1].startswith("[2/2]")
+    assert seen[result][1] is None  # read while the run was still going

@@ -4,6 +4,7 @@ and logged to MLflow."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -135,7 +136,8 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
                                                    tracking_uri=normalize_uri(gateway.tracking_uri)))
     try:
         # progress bars only for what runs: --no-rerun runs nothing (its bars stayed empty)
-        display = PlainProgress() if args.no_progress or args.no_rerun else RichProgress(len(recorded.results))
+        display = PlainProgress() if args.no_progress or args.no_rerun or not sys.stderr.isatty() \
+            else RichProgress(len(recorded.results))
         if recorded is None:
             report = edited
         else:

@@ -142,7 +142,10 @@ def run_recorded(spec: MatrixSpec, configs: Sequence[RunConfig] | None, args: ar
             say(f"suite: MLflow is not installed here ({missing}): recording to the results folder only; record it "
                 f"into MLflow later, from any machine with MLflow: suite upload {output}", file=sys.stderr)
         history = _history(tracking_uri, resolved, info.repeats) if tracking_uri is not None else None
-        display = PlainProgress() if args.no_progress else RichProgress(len(resolved) * info.repeats, history)
+        # a live display only on a terminal: piped into a file or a CI log, each configuration's start and result
+        # is a line as it happens (rich prints nothing until the end where it cannot redraw)
+        display = PlainProgress() if args.no_progress or not sys.stderr.isatty() \
+            else RichProgress(len(resolved) * info.repeats, history)
         say(f"suite: {len(resolved)} configuration(s) of {spec.workload}/{spec.preset} -> {output}", file=sys.stderr)
         with display:
             handed, first = first, []  # run_matrix owns them from here
