@@ -384,7 +384,8 @@ FACTS: tuple[Fact, ...] = (
     _fact("batch_size_used", "integer", "the per-device batch size of the batches the step received", None,
           Witness("config", "batch_size"), Witness("manifest", "batch_size.used")),
     _fact("global_batch_size", "integer", "samples per step over every rank", None,
-          Witness("formula", "batch_size_used * world_size"), Witness("log", "global_batch_size")),
+          Witness("formula", "batch_size_used * config.nproc_per_node * config.nnodes"),
+          Witness("log", "global_batch_size")),
     _fact("world_size", "integer", "processes training together (torchrun ranks)"),
     _fact("nodes", "integer", "nodes the configuration ran on"),
     _fact("precision_used", "string|null", "the precision the model's forward pass ran in, read from torch while "
