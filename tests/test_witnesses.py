@@ -6,6 +6,7 @@ passes."""
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,14 +167,17 @@ def test_suite_audit_exits_1_on_a_forgery_the_folder_holds_the_evidence_against(
     assert [c["verdict"] for c in report["checks"] if c["name"] == "witnesses"] == ["FAIL", "PASS"]
 
 
-def test_a_hand_edited_loss_is_a_forgery_the_audit_fails_and_other_readers_refuse(recorded_matrix, tmp_path, capsys):
+def test_a_hand_edited_loss_is_a_forgery_the_audit_fails_and_other_readers_refuse(recorded_matrix, tmp_path, capsys,
+                                                                                  monkeypatch):
     """Issue 49: a losses_hex edited by hand was an error with exit 2 from the audit; it contradicts the record's
     own loss_digest: FAIL, exit 1. The other readers refuse the folder in one line as before (exit 2)."""
     folder = _copy(recorded_matrix, tmp_path)
     _edit_runs(folder, lambda r: r["losses_hex"].__setitem__(0, float.hex(float.fromhex(r["losses_hex"][0]) + 1.0)),
                copy_too=False)
-    code = main(["audit", str(folder), "--no-rerun", "--no-progress", "--output", str(tmp_path / "audit"),
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # as on a terminal, with the re-run's progress bars
+    code = main(["audit", str(folder), "--output", str(tmp_path / "audit"),
                  "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])
+    monkeypatch.undo()
     report = json.loads((tmp_path / "audit" / "audit.json").read_text())
     assert code == 1 and report["verdict"] == "FAIL"
     [check] = report["checks"]

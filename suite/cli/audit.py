@@ -135,12 +135,12 @@ def cmd_audit(args: argparse.Namespace, argv: Sequence[str]) -> int:
                                                    command=["suite", *redact_argv(argv)],
                                                    tracking_uri=normalize_uri(gateway.tracking_uri)))
     try:
-        # progress bars only for what runs: --no-rerun runs nothing (its bars stayed empty)
-        display = PlainProgress() if args.no_progress or args.no_rerun or not sys.stderr.isatty() \
-            else RichProgress(len(recorded.results))
         if recorded is None:
             report = edited
         else:
+            # progress bars only for what runs (--no-rerun runs nothing: its bars stayed empty), and on a terminal
+            display = PlainProgress() if args.no_progress or args.no_rerun or not sys.stderr.isatty() \
+                else RichProgress(len(recorded.results))
             with display:
                 report = audit_recorded(recorded, args.target, store, rerun=not args.no_rerun,
                                         loss_rtol=args.loss_rtol, throughput_tolerance=args.throughput_tolerance,
