@@ -453,18 +453,27 @@ def _fits(value: Any, types: Sequence[str]) -> bool:
         or (kind == "integer" and "number" in types)
 
 
+#: What :func:`fact_at` gives for a fact a record does not hold (``None`` is a fact recorded as null).
+ABSENT: Any = object()
+
+
+def fact_at(facts: Any, path: str) -> Any:
+    """The value at a fact's dotted ``path`` (``contention.others_share``) in ``facts``, else :data:`ABSENT`."""
+    for key in path.split("."):
+        if not isinstance(facts, Mapping) or key not in facts:
+            return ABSENT
+        facts = facts[key]
+    return facts
+
+
 def misfit_fact(facts: Mapping[str, Any]) -> str | None:
     """The first declared fact of ``facts`` whose value has a type :data:`FACTS` does not allow, said as
     ``facts.contention is a string, not object`` (``None`` where every one fits). ``null`` fits every fact: a run
     that failed before it knew one records it so."""
     for fact in FACTS:
-        parent: Any = facts
-        *outer, last = fact.path.split(".")
-        for key in outer:
-            parent = parent.get(key) if isinstance(parent, dict) else None
-        if not isinstance(parent, dict) or last not in parent:
+        value = fact_at(facts, fact.path)
+        if value is ABSENT:
             continue
-        value = parent[last]
         if value is not None and not _fits(value, fact.types):
             kind = _json_type(value)
             return f"facts.{fact.path} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not {' or '.join(fact.types)}"

@@ -84,7 +84,7 @@ class Recorded:
     scores: list[dict[str, Any]]
     #: why the records are not a whole matrix (still running, or left RUNNING by a runner that died); "" when whole
     incomplete: str = ""
-    #: what else the folder holds of each run (its log, its run folder's copy), in the order of ``results``
+    #: each run with what else the folder holds of it (its log, its run folder's copy), in the order of ``results``
     evidence: list[Evidence] = field(default_factory=list)
     #: the matrix's listing against its run folders (see :func:`check_listing`); ``None`` for an MLflow run
     listing: Check | None = None
@@ -127,7 +127,8 @@ def load_directory(target: Path) -> Recorded:
 def load_mlflow_run(gateway: MlflowGateway, run_id: str) -> Recorded:
     """A matrix run's (or one configuration run's) records, from its MLflow artifacts."""
     results, manifests, scores = matrix_records(gateway, run_id)
-    return Recorded(results, manifests, scores)
+    return Recorded(results, manifests, scores, evidence=[Evidence(r, m) for r, m in zip(results, manifests,
+                                                                                        strict=True)])
 
 
 def audit_recorded(recorded: Recorded, target: str, store: ResultsStore | None, rerun: bool = True,
@@ -156,13 +157,12 @@ def _audit_records(recorded: Recorded, target: str, store: ResultsStore | None, 
     if recorded.listing is not None:
         report.checks.append(recorded.listing)
     computed: dict[tuple[Any, ...], dict[str, str]] = {}
-    for result, manifest in zip(recorded.results, recorded.manifests, strict=True):
+    for result, manifest, evidence in zip(recorded.results, recorded.manifests, recorded.evidence, strict=True):
         config = result.config
         subject = config.config_id + (f" repeat {result.repeat}" if result.repeat else "")
         report.checks.append(check_config(subject, result.config.to_dict(), manifest))
         report.checks.append(check_record_consistency(subject, result, manifest))
         report.checks.append(check_memory_trend(subject, result))
-        evidence = next((e for e in recorded.evidence if e.result is result), Evidence(result, manifest))
         report.checks.append(check_witnesses(subject, evidence, catalogue_of(config.workload)))
         if not rerun and result.status == FINISHED:
             report.checks.append(check_inputs_now(subject, config, manifest, computed))

@@ -11,7 +11,6 @@ is the check for that).
 
 from __future__ import annotations
 
-import json
 import math
 import operator
 from collections import Counter
@@ -19,19 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from suite.analysis.equivalence import FAIL, INCONCLUSIVE, PASS
+from suite.analysis.equivalence import FAIL, INCONCLUSIVE, PASS, same_figure
 from suite.audit.verdicts import SKIP, Check
 from suite.errors import SuiteError
-from suite.figures import FACTS, Catalogue, Witness
+from suite.figures import ABSENT, FACTS, Catalogue, Witness, fact_at
 from suite.meters.contention import is_contended
-from suite.results.mlperf_log import log_lines
+from suite.results.mlperf_log import newest_training_ruleset, parse_log
 from suite.results.record import FINISHED, RunResult
 from suite.results.store import ResultsStore
 
 #: Two numbers are the same recorded value within this relative difference (a JSON round trip is exact; a value
 #: computed again from its raw readings may differ in its last bits).
 SAME_RTOL = 1e-9
-_MISSING = object()
+_MISSING = ABSENT
 _OPERATORS: dict[str, Callable[[float, float], float]] = {"*": operator.mul, "/": operator.truediv}
 
 
@@ -50,36 +49,22 @@ class Evidence:
         """The value at a dotted ``path`` of the facts (``config.<field>``: the configuration's), else _MISSING."""
         if path.startswith("config."):
             return getattr(self.result.config, path.removeprefix("config."), _MISSING)
-        return dig(self.result.facts, path)
+        return fact_at(self.result.facts, path)
 
     def log_value(self, key: str) -> Any:
-        """The value of the last ``key`` event of the run's mlperf.log, else _MISSING (no log, or no such event)."""
+        """The value of the last ``key`` event of the run's mlperf.log, read with MLCommons' own parser within the
+        log's bounds (:func:`suite.results.mlperf_log.parse_log`), else _MISSING (no log, or no such event)."""
         if self._events is None:
             self._events = {}
             if self.log is not None:
                 try:
-                    lines = log_lines(self.log)
+                    lines, _ = parse_log(self.log, newest_training_ruleset())
                 except ValueError:
                     lines = []
                 for line in lines:
-                    cut = line.rfind(":::MLLOG ")
-                    if cut < 0:
-                        continue
-                    try:
-                        event = json.loads(line[cut + len(":::MLLOG "):])
-                    except ValueError:
-                        continue
-                    if isinstance(event, dict) and isinstance(event.get("key"), str):
-                        self._events[event["key"]] = event.get("value")
+                    if isinstance(line.value, Mapping):
+                        self._events[line.key] = line.value.get("value")
         return self._events.get(key, _MISSING)
-
-
-def dig(data: Any, path: str) -> Any:
-    for key in path.split("."):
-        if not isinstance(data, Mapping) or key not in data:
-            return _MISSING
-        data = data[key]
-    return data
 
 
 def _number(value: Any) -> float | None:
@@ -91,7 +76,7 @@ def _number(value: Any) -> float | None:
 def _same(recorded: Any, witness: Any) -> bool:
     a, b = _number(recorded), _number(witness)
     if a is not None and b is not None:
-        return a == b or abs(a - b) <= SAME_RTOL * max(abs(a), abs(b))
+        return same_figure(a, b, SAME_RTOL, 1e-12)
     return bool(recorded == witness)
 
 
@@ -120,7 +105,7 @@ def hear(witness: Witness, name: str, value: Any, evidence: Evidence) -> str | N
         elif kind == "config":
             said, where = getattr(evidence.result.config, path, _MISSING), f"the configuration's {path}"
         elif kind == "manifest":
-            said, where = dig(evidence.manifest, path) if evidence.manifest else _MISSING, f"the manifest's {path}"
+            said, where = fact_at(evidence.manifest, path) if evidence.manifest else _MISSING, f"the manifest's {path}"
         elif kind == "log":
             said, where = evidence.log_value(path), f"mlperf.log's {path}"
         else:
@@ -185,7 +170,7 @@ def check_witnesses(subject: str, evidence: Evidence, catalogue: Catalogue) -> C
             questioned.append((name, value, figure.witnesses))
     for fact in FACTS:
         if fact.witnesses:
-            value = dig(result.facts, fact.path)
+            value = fact_at(result.facts, fact.path)
             if value is not _MISSING and value is not None:
                 questioned.append((f"facts.{fact.path}", value, fact.witnesses))
     for name, value, witnesses in questioned:

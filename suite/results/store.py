@@ -292,10 +292,7 @@ class ResultsStore:
         """The run folder's own copy of the run's record (``runs/<name>/result.json``): ``None`` where the run has no
         folder or the folder no copy; an unreadable copy raises as :meth:`runs_on_disk` does."""
         folder = self.run_folder(result)
-        if folder is None:
-            return None
-        files = RunFiles(self.root, folder.name)
-        return validate_result(read_json(files.result), str(files.result)) if files.result.is_file() else None
+        return None if folder is None else _folder_record(RunFiles(self.root, folder.name))
 
     def runs_on_disk(self) -> Iterator[tuple[RunFiles, RunResult | None, dict[str, Any] | None]]:
         """Every ``runs/<name>/`` folder with its result.json (validated; ``None`` if absent) and run.json."""
@@ -304,6 +301,10 @@ class ResultsStore:
             return
         for folder in sorted(p for p in runs.iterdir() if p.is_dir()):
             files = RunFiles(self.root, folder.name)
-            result = validate_result(read_json(files.result), str(files.result)) if files.result.is_file() else None
             info = read_json(files.run_info) if files.run_info.is_file() else None
-            yield files, result, info if isinstance(info, dict) else None
+            yield files, _folder_record(files), info if isinstance(info, dict) else None
+
+
+def _folder_record(files: RunFiles) -> RunResult | None:
+    """A run folder's result.json, validated; ``None`` where the folder has none."""
+    return validate_result(read_json(files.result), str(files.result)) if files.result.is_file() else None
